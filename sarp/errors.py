@@ -1,0 +1,56 @@
+"""Every exception SARP and its storage backends raise, in one place.
+
+Bad arguments raise the built-in ``ValueError`` or ``TypeError`` with the argument's name in
+the message; the classes below are for conditions of the index and its files.
+"""
+
+
+class SarpError(Exception):
+    """Base class of SARP's own errors."""
+
+
+# Stored data that fails its checks. Never served: the reader raises one of these instead.
+class CorruptionError(SarpError):
+    """Stored bytes fail a format or checksum check."""
+
+
+class BadMagicError(CorruptionError):
+    """A record does not start with the magic number of its format."""
+
+
+class UnsupportedVersionError(CorruptionError):
+    """A record was written by a format version this build does not read."""
+
+
+class BadLengthError(CorruptionError):
+    """A record is shorter or longer than its header says."""
+
+
+class ChecksumError(CorruptionError):
+    """A record's checksum does not match its contents."""
+
+
+# Storage backends.
+class StoreError(SarpError):
+    """A storage backend cannot do what was asked."""
+
+
+class StoreClosedError(StoreError):
+    """The store was used after close()."""
+
+
+class StoreKindError(StoreError):
+    """The path holds a store of another kind, or is not a store directory."""
+
+
+# The index.
+class ConfigMismatchError(SarpError):
+    """An existing index was reopened with a configuration that conflicts with its own."""
+
+
+class IndexClosedError(SarpError):
+    """The index was used after close()."""
+
+
+class RecoveryError(SarpError):
+    """Recovery could not build a routing state it can verify; the message names file and fault."""

@@ -1,0 +1,42 @@
+"""Storage backends: one interface (``RecordStore``) over several durable engines.
+
+``open_store(kind, path, ...)`` opens or creates a store; kinds are imported lazily so that
+an engine's dependency is only needed when that engine is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+from storage_backends.base import DURABILITY_MODES, RecordStore
+
+# kind -> (module, class name)
+KINDS: dict[str, tuple[str, str]] = {
+    "memory": ("storage_backends.memory", "MemoryStore"),
+    "wiredtiger": ("storage_backends.wiredtiger_store", "WiredTigerStore"),
+    "rocksdb": ("storage_backends.rocksdb_store", "RocksDBStore"),
+    "flashlog": ("storage_backends.flashlog", "FlashLogStore"),
+    "odirect": ("storage_backends.odirect", "ODirectStore"),
+}
+
+
+def open_store(
+    kind: str,
+    path: str | Path,
+    memory_budget: int = 64 << 20,
+    durability: str = "sync",
+    direct_io: bool = True,
+    **options: Any,
+) -> RecordStore:
+    """Open (or create) the store of ``kind`` at ``path``."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {sorted(KINDS)}, got {kind!r}")
+    module, cls = KINDS[kind]
+    store_cls = getattr(importlib.import_module(module), cls)
+    return store_cls(path, memory_budget=memory_budget, durability=durability,
+                     direct_io=direct_io, **options)
+
+
+__all__ = ["DURABILITY_MODES", "KINDS", "RecordStore", "open_store"]

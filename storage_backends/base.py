@@ -1,0 +1,193 @@
+"""The record-store interface: one durable keyspace of uint64 keys to bytes values.
+
+Every engine (memory, wiredtiger, rocksdb, flashlog, odirect) subclasses ``RecordStore`` and
+implements the ``_``-prefixed primitives; argument checks, closed-store checks, the logical
+counters of ``stats()`` and the context-manager protocol live here, once.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from sarp.errors import StoreClosedError, StoreKindError
+
+DURABILITY_MODES = ("sync", "group", "none")
+MAX_KEY = (1 << 64) - 1
+KIND_FILE = "STORE_KIND"
+
+
+def check_key(key: object, name: str = "key") -> int:
+    """Return ``key`` as an int in [0, 2**64), or raise naming the argument."""
+    if isinstance(key, bool) or not hasattr(key, "__index__"):
+        raise TypeError(f"{name} must be an integer, got {type(key).__name__}")
+    k = key.__index__()  # type: ignore[union-attr]
+    if not 0 <= k <= MAX_KEY:
+        raise ValueError(f"{name} must be in [0, 2**64), got {k}")
+    return k
+
+
+def check_value(value: object, name: str = "value") -> bytes:
+    """Return ``value`` as bytes; accepts bytes, bytearray and memoryview."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"{name} must be bytes, got {type(value).__name__}")
+
+
+def claim_directory(path: str | Path, kind: str) -> Path:
+    """Create or check the store directory ``path`` and its kind marker.
+
+    A path that is a file, or a directory holding another kind's store (or foreign files),
+    raises ``StoreKindError`` and is left untouched.
+    """
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise StoreKindError(f"path {str(p)!r} is a file, not a store directory")
+    marker = p / KIND_FILE
+    if marker.exists():
+        found = marker.read_text().strip()
+        if found != kind:
+            raise StoreKindError(f"path {str(p)!r} holds a {found!r} store, not {kind!r}")
+        return p
+    if p.exists() and any(p.iterdir()):
+        raise StoreKindError(f"path {str(p)!r} is not empty and holds no store")
+    p.mkdir(parents=True, exist_ok=True)
+    tmp = p / (KIND_FILE + ".tmp")
+    tmp.write_text(kind + "\n")
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    tmp.rename(marker)
+    return p
+
+
+class RecordStore(ABC):
+    """A durable uint64 -> bytes keyspace. Thread-safe: many threads may call it at once.
+
+    durability: ``sync`` (put returns after the write is durable), ``group`` (writes are durable
+    after the next ``flush()``), ``none`` (durable when the engine gets to it; ``close()`` still
+    persists everything). See docs/durability.md for what each engine guarantees.
+    """
+
+    kind: str = ""
+
+    def __init__(self, path: str | Path, memory_budget: int, durability: str, direct_io: bool):
+        if durability not in DURABILITY_MODES:
+            raise ValueError(f"durability must be one of {DURABILITY_MODES}, got {durability!r}")
+        if isinstance(memory_budget, bool) or not isinstance(memory_budget, int):
+            raise TypeError("memory_budget must be an integer number of bytes")
+        if memory_budget <= 0:
+            raise ValueError(f"memory_budget must be positive, got {memory_budget}")
+        self.path = Path(path)
+        self.memory_budget = memory_budget
+        self.durability = durability
+        self.direct_io = bool(direct_io)
+        self._closed = False
+        self._counter_lock = threading.Lock()
+        self._counters = dict.fromkeys(
+            ("logical_reads", "logical_writes", "logical_deletes", "bytes_read", "bytes_written",
+             "syncs"), 0)
+
+    # -- the public interface -------------------------------------------------------------
+    def put(self, key: int, value: bytes) -> None:
+        """Store ``value`` under ``key``, replacing any previous value."""
+        self.put_many([(key, value)])
+
+    def put_many(self, pairs: Iterable[tuple[int, bytes]]) -> None:
+        """Store several records as one batch (atomic where the engine supports it)."""
+        self._check_open()
+        checked = [(check_key(k), check_value(v)) for k, v in pairs]
+        if not checked:
+            return
+        self._put_many(checked)
+        self._count(logical_writes=len(checked), bytes_written=sum(len(v) for _, v in checked))
+
+    def get(self, key: int) -> bytes | None:
+        """The value stored under ``key``, or None."""
+        return self.get_many([key])[0]
+
+    def get_many(self, keys: Iterable[int]) -> list[bytes | None]:
+        """Values for ``keys`` in order, None for each missing key."""
+        self._check_open()
+        checked = [check_key(k, "keys") for k in keys]
+        values = self._get_many(checked)
+        self._count(logical_reads=len(checked),
+                    bytes_read=sum(len(v) for v in values if v is not None))
+        return values
+
+    def delete(self, key: int) -> None:
+        """Remove ``key``; deleting a missing key is not an error."""
+        self._check_open()
+        self._delete(check_key(key))
+        self._count(logical_deletes=1)
+
+    def scan(self) -> Iterator[tuple[int, bytes]]:
+        """Every live record, in ascending key order (used by rebuild and tests)."""
+        self._check_open()
+        return self._scan()
+
+    def flush(self) -> None:
+        """Make every earlier write durable (the group-commit point for ``group``)."""
+        self._check_open()
+        self._flush()
+
+    def close(self) -> None:
+        """Persist everything and release the engine; later calls raise StoreClosedError."""
+        if not self._closed:
+            self._close()
+            self._closed = True
+
+    def stats(self) -> dict[str, Any]:
+        """Logical counters (exact) plus what the engine can tell about itself."""
+        with self._counter_lock:
+            out: dict[str, Any] = dict(self._counters)
+        out.update(kind=self.kind, durability=self.durability, direct_io=self.direct_io)
+        out.update(self._engine_stats())
+        return out
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> RecordStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- helpers for engines ----------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"{self.kind} store at {str(self.path)!r} is closed")
+
+    def _count(self, **deltas: int) -> None:
+        with self._counter_lock:
+            for name, d in deltas.items():
+                self._counters[name] += d
+
+    # -- what each engine implements ----------------------------------------------------------
+    @abstractmethod
+    def _put_many(self, pairs: list[tuple[int, bytes]]) -> None: ...
+
+    @abstractmethod
+    def _get_many(self, keys: list[int]) -> list[bytes | None]: ...
+
+    @abstractmethod
+    def _delete(self, key: int) -> None: ...
+
+    @abstractmethod
+    def _scan(self) -> Iterator[tuple[int, bytes]]: ...
+
+    @abstractmethod
+    def _flush(self) -> None: ...
+
+    @abstractmethod
+    def _close(self) -> None: ...
+
+    def _engine_stats(self) -> dict[str, Any]:
+        return {}
