@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs SARP (compiled, editable) with its test and benchmark extras into the active Python
+# environment, then runs the main job: the quick backend-comparison benchmark.
+#   bash install.sh             install, then `sarp-bench run --quick`
+#   bash install.sh --no-bench  install only
+set -euo pipefail
+cd "$(dirname "$0")"
+
+if [ -z "${VIRTUAL_ENV:-}" ] && [ "${SARP_ALLOW_SYSTEM_PYTHON:-}" != 1 ]; then
+  echo "install.sh: activate a virtual environment first (python3 -m venv .venv && . .venv/bin/activate)" >&2
+  exit 2
+fi
+
+python -m pip install --upgrade pip
+# The WiredTiger Python binding is built from its source distribution: it needs CMake, Ninja
+# and SWIG older than 4.5 (4.5 dropped the PyInt_* macros its wrapper uses). pip keeps the
+# built wheel in its cache, so the build runs once per machine.
+python -m pip install "swig==4.2.1" cmake ninja
+scripts="$(python -c 'import sysconfig; print(sysconfig.get_path("scripts"))')"
+PATH="$scripts:$PATH" python -m pip install -e ".[test,bench]"
+
+if [ "${1:-}" != "--no-bench" ] && command -v sarp-bench >/dev/null && sarp-bench --help >/dev/null 2>&1; then
+  sarp-bench run --quick
+fi

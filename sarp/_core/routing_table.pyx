@@ -1,0 +1,290 @@
+"""The routing directory's flat arrays: an open-addressing table keyed by K(p), and posting
+lists of (segment id, filter) references in an arena, each list sorted by filter.
+
+Lists are copy-on-write: a new version of a list is written past the arena's end and then
+published by one 64-bit store of (offset, length). A reader therefore sees the old or the new
+complete list, never a partial one. Growing or compacting the arrays builds a new generation
+and swaps one reference, so a reader that captured the old generation keeps a consistent view.
+"""
+
+import numpy as np
+
+cimport numpy as cnp
+from libc.stdint cimport int64_t, uint8_t, uint64_t
+
+cnp.import_array()
+
+# Entry flags.
+VISIBLE = 1  # probes may return the entry (private entries are being built)
+PRUNED = 2  # some segment skipped its later routing points because this list was small
+REFINING = 4  # midpoint (or last-block) entries below this one are being back-filled
+REFINED = 8  # the interval below this entry is refined: new segments register there too
+
+cdef int LEN_BITS = 24
+cdef int64_t LEN_MASK = (1 << 24) - 1
+cdef int64_t MAX_LIST = (1 << 24) - 1
+
+
+cdef inline uint64_t _mix(uint64_t k) nogil:
+    k ^= k >> 31
+    k *= 0x7fb5d329728ea185ULL
+    k ^= k >> 27
+    return k
+
+
+cdef class _Generation:
+    """One consistent set of arrays. Readers capture it once per operation."""
+    cdef public object keys, slots, entry_key, entry_ref, entry_flags, ref_seg, ref_filter
+    cdef uint64_t[::1] k
+    cdef int64_t[::1] s
+    cdef uint64_t[::1] ek
+    cdef int64_t[::1] er
+    cdef uint8_t[::1] ef
+
+    def __init__(self, keys, slots, entry_key, entry_ref, entry_flags, ref_seg, ref_filter):
+        self.keys, self.slots = keys, slots
+        self.entry_key, self.entry_ref, self.entry_flags = entry_key, entry_ref, entry_flags
+        self.ref_seg, self.ref_filter = ref_seg, ref_filter
+        self.k, self.s = keys, slots
+        self.ek, self.er, self.ef = entry_key, entry_ref, entry_flags
+
+
+cdef class RoutingTable:
+    """Routing entries K(p) -> posting list. Writers must be serialized by the caller."""
+    cdef _Generation g
+    cdef public Py_ssize_t n_entries
+    cdef public Py_ssize_t arena_used
+    cdef public Py_ssize_t live_refs
+
+    def __init__(self, Py_ssize_t capacity=64):
+        cdef Py_ssize_t cap = 16
+        while cap < 2 * capacity:
+            cap *= 2
+        n = max(capacity, 16)
+        self.g = _Generation(
+            np.zeros(cap, np.uint64), np.full(cap, -1, np.int64),
+            np.zeros(n, np.uint64), np.zeros(n, np.int64), np.zeros(n, np.uint8),
+            np.zeros(4 * n, np.uint64), np.zeros(4 * n, np.uint64))
+        self.n_entries = 0
+        self.arena_used = 0
+        self.live_refs = 0
+
+    # -- lookups ---------------------------------------------------------------------------
+    cdef inline Py_ssize_t _find(self, _Generation g, uint64_t key) noexcept:
+        cdef Py_ssize_t mask = g.k.shape[0] - 1
+        cdef Py_ssize_t i = <Py_ssize_t>(_mix(key) & mask)
+        cdef int64_t slot
+        while True:
+            slot = g.s[i]
+            if slot < 0:
+                return -1
+            if g.k[i] == key:
+                return slot
+            i = (i + 1) & mask
+
+    def find(self, uint64_t key) -> int:
+        """Entry id of ``key`` (visible or private), or -1."""
+        return self._find(self.g, key)
+
+    def probe(self, uint64_t key) -> int:
+        """Entry id of ``key`` if it is visible to queries, else -1."""
+        cdef _Generation g = self.g
+        cdef Py_ssize_t e = self._find(g, key)
+        if e >= 0 and (g.ef[e] & 1):
+            return e
+        return -1
+
+    def refs(self, Py_ssize_t entry):
+        """(segment ids, filters) of ``entry``: read-only views of one complete list."""
+        cdef _Generation g = self.g
+        cdef int64_t packed = g.er[entry]
+        cdef Py_ssize_t off = packed >> LEN_BITS
+        cdef Py_ssize_t n = packed & LEN_MASK
+        segs = g.ref_seg[off:off + n]
+        filters = g.ref_filter[off:off + n]
+        segs.flags.writeable = False
+        filters.flags.writeable = False
+        return segs, filters
+
+    def list_len(self, Py_ssize_t entry) -> int:
+        return self.g.er[entry] & LEN_MASK
+
+    def key_of(self, Py_ssize_t entry) -> int:
+        return self.g.ek[entry]
+
+    def flags(self, Py_ssize_t entry) -> int:
+        return self.g.ef[entry]
+
+    # -- writes (serialized by the caller) ----------------------------------------------------
+    def set_flags(self, Py_ssize_t entry, int flags):
+        self.g.ef[entry] = <uint8_t>flags
+
+    def make_visible(self, entries):
+        """Publish several private entries in one step (no thread switch can split it)."""
+        cdef int64_t[::1] ev = np.ascontiguousarray(entries, dtype=np.int64)
+        cdef _Generation g = self.g
+        cdef Py_ssize_t i
+        for i in range(ev.shape[0]):
+            g.ef[ev[i]] |= 1
+
+    def add_entry(self, uint64_t key, int flags=0) -> int:
+        """Create an empty entry for ``key`` (which must be absent) and return its id."""
+        if self._find(self.g, key) >= 0:
+            raise KeyError(f"routing key {key} already has an entry")
+        if 2 * (self.n_entries + 1) > self.g.k.shape[0] or self.n_entries == self.g.ek.shape[0]:
+            self._grow_entries()
+        cdef _Generation g = self.g
+        cdef Py_ssize_t e = self.n_entries
+        g.ek[e] = key
+        g.er[e] = 0
+        g.ef[e] = <uint8_t>flags
+        cdef Py_ssize_t mask = g.k.shape[0] - 1
+        cdef Py_ssize_t i = <Py_ssize_t>(_mix(key) & mask)
+        while g.s[i] >= 0:
+            i = (i + 1) & mask
+        g.k[i] = key
+        g.s[i] = e
+        self.n_entries = e + 1
+        return e
+
+    def publish(self, Py_ssize_t entry, segs, filters):
+        """Replace ``entry``'s list with (segs, filters), which the caller keeps sorted."""
+        cdef uint64_t[::1] sv = np.ascontiguousarray(segs, dtype=np.uint64)
+        cdef uint64_t[::1] fv = np.ascontiguousarray(filters, dtype=np.uint64)
+        cdef Py_ssize_t n = sv.shape[0]
+        if fv.shape[0] != n:
+            raise ValueError("segs and filters must have the same length")
+        if n > MAX_LIST:
+            raise ValueError(f"posting list of {n} references exceeds the limit {MAX_LIST}")
+        cdef Py_ssize_t old = self.g.er[entry] & LEN_MASK
+        if self.arena_used + n > self.g.ref_seg.shape[0]:
+            self._grow_arena(n)
+        cdef _Generation g = self.g
+        cdef uint64_t[::1] rs = g.ref_seg
+        cdef uint64_t[::1] rf = g.ref_filter
+        cdef Py_ssize_t off = self.arena_used, i
+        for i in range(n):
+            rs[off + i] = sv[i]
+            rf[off + i] = fv[i]
+        self.arena_used = off + n
+        g.er[entry] = (<int64_t>off << LEN_BITS) | n
+        self.live_refs += n - old
+
+    # -- growth and compaction: build a new generation, then swap it in ------------------------
+    def _grow_entries(self):
+        g = self.g
+        n = max(16, 2 * g.entry_key.shape[0])
+        cap = g.keys.shape[0]
+        while 2 * n > cap:
+            cap *= 2
+        ek = np.zeros(n, np.uint64)
+        er = np.zeros(n, np.int64)
+        ef = np.zeros(n, np.uint8)
+        m = self.n_entries
+        ek[:m] = g.entry_key[:m]
+        er[:m] = g.entry_ref[:m]
+        ef[:m] = g.entry_flags[:m]
+        keys, slots = _build_table(ek[:m], cap)
+        self.g = _Generation(keys, slots, ek, er, ef, g.ref_seg, g.ref_filter)
+
+    def _grow_arena(self, Py_ssize_t need):
+        g = self.g
+        if self.arena_used > 2 * self.live_refs + 1024:
+            self._compact(need)
+            return
+        size = max(2 * g.ref_seg.shape[0], self.arena_used + need + 1024)
+        rs = np.zeros(size, np.uint64)
+        rf = np.zeros(size, np.uint64)
+        rs[:self.arena_used] = g.ref_seg[:self.arena_used]
+        rf[:self.arena_used] = g.ref_filter[:self.arena_used]
+        self.g = _Generation(g.keys, g.slots, g.entry_key, g.entry_ref, g.entry_flags, rs, rf)
+
+    def _compact(self, Py_ssize_t need):
+        """Drop superseded list versions: copy live lists into fresh arrays."""
+        g = self.g
+        m = self.n_entries
+        size = max(1024, 2 * (self.live_refs + need))
+        rs = np.zeros(size, np.uint64)
+        rf = np.zeros(size, np.uint64)
+        er = g.entry_ref.copy()
+        off = 0
+        for e in range(m):
+            packed = int(er[e])
+            o, n = packed >> LEN_BITS, packed & LEN_MASK
+            rs[off:off + n] = g.ref_seg[o:o + n]
+            rf[off:off + n] = g.ref_filter[o:o + n]
+            er[e] = (off << LEN_BITS) | n
+            off += n
+        self.arena_used = off
+        self.g = _Generation(g.keys, g.slots, g.entry_key, er, g.entry_flags, rs, rf)
+
+    # -- whole-directory views, for statistics and snapshots -----------------------------------
+    def nbytes(self) -> int:
+        """Bytes held by the directory's arrays (table, entries, arena)."""
+        g = self.g
+        return int(g.keys.nbytes + g.slots.nbytes + g.entry_key.nbytes + g.entry_ref.nbytes
+                   + g.entry_flags.nbytes + g.ref_seg.nbytes + g.ref_filter.nbytes)
+
+    def export(self):
+        """Compact arrays of the whole directory: (entry keys, flags, list lengths, segs, filters).
+
+        Lists appear in entry order, so the arrays are all a snapshot needs.
+        """
+        g = self.g
+        m = self.n_entries
+        er = g.entry_ref[:m]
+        lengths = (er & LEN_MASK).astype(np.uint32)
+        offs = er >> LEN_BITS
+        idx = np.repeat(offs - np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64),
+                        lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
+        return (g.entry_key[:m].copy(), g.entry_flags[:m].copy(), lengths,
+                g.ref_seg[idx], g.ref_filter[idx])
+
+    @classmethod
+    def from_arrays(cls, entry_key, entry_flags, lengths, segs, filters):
+        """Rebuild a table from ``export()``'s arrays: sequential copies plus one table build."""
+        m = entry_key.shape[0]
+        cdef RoutingTable t = cls(max(m, 16))
+        n = max(m, 16)
+        ek = np.zeros(n, np.uint64)
+        ef = np.zeros(n, np.uint8)
+        er = np.zeros(n, np.int64)
+        ek[:m] = entry_key
+        ef[:m] = entry_flags
+        lengths = np.asarray(lengths, dtype=np.int64)
+        offs = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64) if m else lengths
+        er[:m] = (offs << LEN_BITS) | lengths
+        total = int(lengths.sum())
+        rs = np.zeros(max(total + 1024, 2 * total), np.uint64)
+        rf = np.zeros(rs.shape[0], np.uint64)
+        rs[:total] = segs
+        rf[:total] = filters
+        cap = t.g.keys.shape[0]
+        while 2 * n > cap:
+            cap *= 2
+        keys, slots = _build_table(ek[:m], cap)
+        t.g = _Generation(keys, slots, ek, er, ef, rs, rf)
+        t.n_entries = m
+        t.arena_used = total
+        t.live_refs = total
+        return t
+
+
+def _build_table(entry_key, Py_ssize_t cap):
+    """An open-addressing table (keys, slots) of capacity ``cap`` for the given entry keys."""
+    keys = np.zeros(cap, np.uint64)
+    slots = np.full(cap, -1, np.int64)
+    cdef uint64_t[::1] k = keys
+    cdef int64_t[::1] s = slots
+    cdef uint64_t[::1] ek = np.ascontiguousarray(entry_key, dtype=np.uint64)
+    cdef Py_ssize_t mask = cap - 1, e, i
+    with nogil:
+        for e in range(ek.shape[0]):
+            i = <Py_ssize_t>(_mix(ek[e]) & mask)
+            while s[i] >= 0:
+                if k[i] == ek[e]:
+                    break
+                i = (i + 1) & mask
+            k[i] = ek[e]
+            s[i] = e
+    return keys, slots

@@ -1,0 +1,144 @@
+"""The index configuration: every parameter of the paper, with its default (DESIGN.md section 1).
+
+The configuration is stored with the index (``sarp.json``); reopening with a conflicting one
+raises ``ConfigMismatchError``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from sarp.errors import ConfigMismatchError
+
+#: Default block metadata: where a block's KV tensors are (node/worker, storage tier, address).
+DEFAULT_METADATA_DTYPE = np.dtype(
+    [("node", "<u4"), ("tier", "u1"), ("flags", "u1"), ("reserved", "<u2"), ("address", "<u8")]
+)
+
+#: Parameters that only change how queries search, not what is stored: they may differ on reopen.
+QUERY_ONLY = ("max_retrieval",)
+
+
+@dataclass(frozen=True)
+class Config:
+    """SARP's parameters. Names follow the paper: S, R, N, b, stride, tau, thresholds."""
+
+    block_size: int = 16  # B: tokens per KVCache block
+    segment_blocks: int = 64  # S: blocks per segment
+    routing_points: int = 4  # R: base routing points per segment
+    filter_fields: int = 8  # N: filter fields
+    field_bits: int = 8  # b: bits per field (N * b == 64)
+    stride: int = 2  # blocks per filter field region
+    tau: int = 256  # posting-list size above which an interval is refined
+    pruning_threshold: int = 3  # posting-list size at or below which the next point is pruned
+    max_retrieval: int = 3  # segment retrievals per query window; 0 means unbounded
+    refinement: bool = True  # design switches, for the paper's Section 6.5 breakdown
+    filtering: bool = True
+    pruning: bool = True
+    namespace: bytes = b""  # model, LoRA, salt: seeds the block-ID chain
+    metadata_dtype: np.dtype = field(default=DEFAULT_METADATA_DTYPE)
+
+    def __post_init__(self) -> None:
+        for name in ("block_size", "segment_blocks", "routing_points", "filter_fields",
+                     "field_bits", "stride", "tau", "pruning_threshold", "max_retrieval"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+            if value < (0 if name in ("pruning_threshold", "max_retrieval") else 1):
+                raise ValueError(f"{name} must be positive, got {value}")
+        for name in ("refinement", "filtering", "pruning"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool")
+        if not isinstance(self.namespace, bytes):
+            raise TypeError("namespace must be bytes")
+        if self.filter_fields * self.field_bits != 64:
+            raise ValueError("filter_fields * field_bits must be 64")
+        if self.segment_blocks % self.routing_points:
+            raise ValueError("segment_blocks must be a multiple of routing_points")
+        if self.interval < 4 or self.interval % 2:
+            raise ValueError("segment_blocks / routing_points must be even and at least 4")
+        if self.l_max > self.segment_blocks:
+            raise ValueError("filter_fields * stride must not exceed segment_blocks")
+        if self.segment_blocks > 65535:
+            raise ValueError("segment_blocks must be at most 65535")
+        dtype = np.dtype(self.metadata_dtype)
+        if dtype.hasobject or not 0 < dtype.itemsize <= 65535:
+            raise ValueError("metadata_dtype must be a fixed-width dtype of 1 to 65535 bytes")
+        object.__setattr__(self, "metadata_dtype", dtype)
+
+    @property
+    def interval(self) -> int:
+        """D = S / R: blocks between base routing points."""
+        return self.segment_blocks // self.routing_points
+
+    @property
+    def l_max(self) -> int:
+        """L_max = N * stride: blocks a filter summarizes."""
+        return self.filter_fields * self.stride
+
+    @property
+    def meta_width(self) -> int:
+        return self.metadata_dtype.itemsize
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "namespace":
+                value = value.hex()
+            elif f.name == "metadata_dtype":
+                value = np.lib.format.dtype_to_descr(value)
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Config:
+        args = dict(data)
+        args["namespace"] = bytes.fromhex(args["namespace"])
+        descr = args["metadata_dtype"]
+        args["metadata_dtype"] = np.lib.format.descr_to_dtype(
+            [tuple(f) for f in descr] if isinstance(descr, list) else descr)
+        return cls(**args)
+
+    def merged_with_stored(self, stored: Config, given: set[str]) -> Config:
+        """The stored configuration, with query-only parameters taken from ``given`` ones.
+
+        Any other parameter named in ``given`` that differs from the stored value raises
+        ``ConfigMismatchError`` naming it.
+        """
+        changes = {}
+        for name in sorted(given):
+            mine, theirs = getattr(self, name), getattr(stored, name)
+            if mine == theirs:
+                continue
+            if name in QUERY_ONLY:
+                changes[name] = mine
+            else:
+                raise ConfigMismatchError(
+                    f"{name}={mine!r} conflicts with the index's stored {name}={theirs!r}")
+        return dataclasses.replace(stored, **changes)
+
+
+def config_from_kwargs(kwargs: dict[str, Any]) -> Config:
+    """Build a Config from keyword arguments, naming any unknown one."""
+    known = {f.name for f in dataclasses.fields(Config)}
+    unknown = sorted(set(kwargs) - known)
+    if unknown:
+        raise TypeError(f"unknown configuration parameter(s): {', '.join(unknown)}")
+    return Config(**kwargs)
+
+
+def dumps(config: Config) -> str:
+    return json.dumps({"format": 1, "config": config.to_json()}, indent=1, sort_keys=True)
+
+
+def loads(text: str) -> Config:
+    data = json.loads(text)
+    if data.get("format") != 1:
+        raise ConfigMismatchError(f"index format {data.get('format')!r} is not supported")
+    return Config.from_json(data["config"])

@@ -1,0 +1,213 @@
+"""The routing directory: routing points K(p) -> posting lists of (segment id, filter).
+
+Placement (paper 4.2, 4.4; DESIGN.md sections 2, 5): a segment starting at s registers its
+base routing points s + i*D, the midpoint s + i*D + D/2 of interval i when the entry at that
+interval's base point is refined, and the last-block point s + S - 1 when the final interval's
+midpoint entry is refined. Pruning (Algorithm 2) skips a point when the preceding retained
+point's list holds at most PruningThreshold references. ``place`` walks these rules for one
+segment and is idempotent, so the same walk serves a new segment, an extended one, refinement
+back-fill and rematerialization.
+
+Entries created by a back-fill or a rematerialization are private (invisible to probes) until
+the whole build is published; until then the preceding entry stays authoritative.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sarp._core import routing_table as rt
+from sarp._core.filters import region_filter
+from sarp.config import Config
+
+FIXED, MID, LAST = 0, 1, 2
+
+
+@dataclass
+class Build:
+    """A group of private entries published together (one back-fill or rematerialization)."""
+
+    kind: str  # "refine" or "remat"
+    root: int  # the entry whose state triggered the build
+    private: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Events:
+    """What a placement walk found that needs background work."""
+
+    refine: list[int] = field(default_factory=list)  # entries that just exceeded tau
+    remat: list[int] = field(default_factory=list)  # pruned entries now above the threshold
+
+
+class RoutingDirectory:
+    """Routing entries in flat arrays (``RoutingTable``) plus the placement rules."""
+
+    def __init__(self, config: Config, table: rt.RoutingTable | None = None):
+        self.cfg = config
+        self.table = table if table is not None else rt.RoutingTable()
+        c = config
+        d = c.interval
+        self.fixed_offsets = [i * d for i in range(c.routing_points)]
+        self.mid_offsets = [i * d + d // 2 for i in range(c.routing_points)]
+        self.last_offset = c.segment_blocks - 1
+        self.final_mid = self.mid_offsets[-1]
+        probe = list(self.fixed_offsets)
+        if c.refinement:
+            probe += self.mid_offsets + [self.last_offset]
+        #: offsets within a window, deepest first: the order of approximate routing
+        self.probe_offsets = sorted(probe, reverse=True)
+        #: refined entries whose back-fill is running -> that build
+        self.backfills: dict[int, Build] = {}
+
+    # -- the matching side ---------------------------------------------------------------
+    def route(self, q: np.ndarray, ws: int, we: int) -> tuple[int, int, int]:
+        """Approximate routing in window [ws, we): (entry, point, probes), entry -1 on a miss."""
+        probe = self.table.probe
+        probes = 0
+        for o in self.probe_offsets:
+            p = ws + o
+            if p >= we:
+                continue
+            probes += 1
+            e = probe(int(q[p]))
+            if e >= 0:
+                return e, p, probes
+        return -1, -1, probes
+
+    def filter_at(self, ids: np.ndarray, p: int, end: int) -> int:
+        c = self.cfg
+        return region_filter(ids, p, end, c.filter_fields, c.field_bits, c.stride)
+
+    # -- placement -----------------------------------------------------------------------
+    def points(self, count: int) -> list[tuple[int, int, int]]:
+        """(offset, role, parent offset) of every point a segment of ``count`` blocks may use,
+        in position order; parent is the point whose refinement enables it (-1 for base)."""
+        out = []
+        for i, o in enumerate(self.fixed_offsets):
+            if o >= count:
+                break
+            out.append((o, FIXED, -1))
+            if self.cfg.refinement:
+                m = self.mid_offsets[i]
+                if m < count:
+                    out.append((m, MID, o))
+                if i == len(self.fixed_offsets) - 1 and self.last_offset < count:
+                    out.append((self.last_offset, LAST, m))
+        return out
+
+    def place(self, seg_id: int, start: int, ids: np.ndarray, build: Build | None = None) -> Events:
+        """Register segment ``seg_id`` (block IDs ``ids`` from ``start``) by Algorithm 2.
+
+        Caller holds the writer lock. A walk that makes a pruned entry cross the threshold
+        stops there: the rematerialization it triggers re-places every member, this one too.
+        """
+        c = self.cfg
+        t = self.table
+        count = len(ids)
+        events = Events()
+        prev = -1
+        for o, role, parent_o in self.points(count):
+            parent = -1
+            if role != FIXED:
+                parent = t.find(int(ids[parent_o]))
+                if parent < 0 or not t.flags(parent) & (rt.REFINED | rt.REFINING):
+                    continue
+            key = int(ids[o])
+            e = t.find(key)
+            filt = self.filter_at(ids, o, count)
+            if e >= 0 and self._update_member(e, seg_id, filt):
+                prev = e
+                continue
+            if prev >= 0 and c.pruning and t.list_len(prev) <= c.pruning_threshold:
+                t.set_flags(prev, t.flags(prev) | rt.PRUNED)
+                continue  # pruned: route through prev
+            if e < 0:
+                e = self._new_entry(key, parent, build)
+            self._add_member(e, seg_id, filt)
+            if self._check_triggers(e, role == FIXED or o == self.final_mid, events):
+                break
+            prev = e
+        return events
+
+    def _check_triggers(self, e: int, refinable: bool, events: Events) -> bool:
+        """After ``e`` gained a member: start refinement above tau; start rematerialization
+        when a pruned entry exceeds the threshold (returns True: the walk must stop here)."""
+        c = self.cfg
+        t = self.table
+        n = t.list_len(e)
+        flags = t.flags(e)
+        if (refinable and c.refinement and n > c.tau
+                and not flags & (rt.REFINED | rt.REFINING)):
+            t.set_flags(e, flags | rt.REFINING)
+            self.backfills[e] = Build("refine", e)
+            events.refine.append(e)
+        if c.pruning and flags & rt.PRUNED and n > c.pruning_threshold:
+            t.set_flags(e, t.flags(e) & ~rt.PRUNED)
+            events.remat.append(e)
+            return True
+        return False
+
+    def _new_entry(self, key: int, parent: int, build: Build | None) -> int:
+        """A new entry: private while its parent is being back-filled or a build runs."""
+        t = self.table
+        owner = self.backfills.get(parent, build)
+        e = t.add_entry(key, 0 if owner is not None else rt.VISIBLE)
+        if owner is not None:
+            owner.private.append(e)
+        return e
+
+    def _update_member(self, e: int, seg_id: int, filt: int) -> bool:
+        """If ``seg_id`` is on ``e``'s list, refresh its filter and return True."""
+        segs, filters = self.table.refs(e)
+        hit = np.flatnonzero(segs == np.uint64(seg_id))
+        if not len(hit):
+            return False
+        i = int(hit[0])
+        if int(filters[i]) != filt:
+            segs = np.delete(segs, i)
+            filters = np.delete(filters, i)
+            self._publish_sorted(e, segs, filters, seg_id, filt)
+        return True
+
+    def _add_member(self, e: int, seg_id: int, filt: int) -> None:
+        segs, filters = self.table.refs(e)
+        self._publish_sorted(e, segs, filters, seg_id, filt)
+
+    def _publish_sorted(self, e, segs, filters, seg_id: int, filt: int) -> None:
+        i = int(np.searchsorted(filters, np.uint64(filt), side="right"))
+        self.table.publish(e, np.insert(segs, i, np.uint64(seg_id)),
+                           np.insert(filters, i, np.uint64(filt)))
+
+    def backfill_member(self, build: Build, seg_id: int, ids: np.ndarray, events: Events) -> None:
+        """Register one member of a refined entry at the point below it (paper 4.2)."""
+        t = self.table
+        root_key = t.key_of(build.root)
+        for o, role, parent_o in self.points(len(ids)):
+            if role != FIXED and parent_o >= 0 and int(ids[parent_o]) == root_key:
+                key = int(ids[o])
+                filt = self.filter_at(ids, o, len(ids))
+                e = t.find(key)
+                if e >= 0 and self._update_member(e, seg_id, filt):
+                    return
+                if e < 0:
+                    e = self._new_entry(key, build.root, None)
+                self._add_member(e, seg_id, filt)
+                self._check_triggers(e, o == self.final_mid, events)
+                return
+
+    def publish(self, build: Build) -> None:
+        """Make a build's private entries visible at once, then end its root's pending state."""
+        t = self.table
+        t.make_visible(np.asarray(build.private, dtype=np.int64))
+        if build.kind == "refine":
+            t.set_flags(build.root, (t.flags(build.root) & ~rt.REFINING) | rt.REFINED)
+            self.backfills.pop(build.root, None)
+
+    # -- statistics ----------------------------------------------------------------------
+    def stats(self) -> dict[str, int]:
+        t = self.table
+        return {"routing_entries": int(t.n_entries), "routing_refs": int(t.live_refs),
+                "routing_bytes": int(t.nbytes()), "pending_backfills": len(self.backfills)}

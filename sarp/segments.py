@@ -1,0 +1,67 @@
+"""The segment store: columnar segment records of up to S blocks, kept in a record store.
+
+Each segment holds the block IDs and block metadata of up to S consecutive blocks of one
+sequence, starting at a window boundary (a multiple of S). Segment ids are allocated
+monotonically and are the record store's keys. Records are encoded by the Cython codec
+(docs/segment_format.txt); a record that fails its checks raises a CorruptionError subclass.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from sarp._core.segment_codec import decode_segment, encode_segment
+from storage_backends import RecordStore
+
+
+class SegmentStore:
+    """Reads and writes segment records; allocates segment ids."""
+
+    def __init__(self, store: RecordStore, meta_width: int, next_id: int = 0):
+        self.store = store
+        self.meta_width = meta_width
+        self._next_id = next_id
+        self._alloc_lock = threading.Lock()
+
+    @property
+    def next_id(self) -> int:
+        """The id the next new segment gets (persisted by snapshots and the journal)."""
+        return self._next_id
+
+    def allocate(self) -> int:
+        with self._alloc_lock:
+            sid = self._next_id
+            self._next_id += 1
+            return sid
+
+    def advance_past(self, segment_id: int) -> None:
+        """Make sure ids at or below ``segment_id`` are never allocated again."""
+        with self._alloc_lock:
+            self._next_id = max(self._next_id, segment_id + 1)
+
+    def read(self, segment_id: int):
+        """The decoded segment (zero-copy views of the record), or None if it is absent."""
+        raw = self.store.get(int(segment_id))
+        return None if raw is None else decode_segment(raw)
+
+    def write_new(self, start: int, block_ids: np.ndarray, metadata: np.ndarray):
+        """Store a new segment and return it decoded."""
+        sid = self.allocate()
+        raw = encode_segment(sid, start, block_ids, metadata, self.meta_width)
+        self.store.put(sid, raw)
+        return decode_segment(raw)
+
+    def extend(self, seg, block_ids: np.ndarray, metadata: np.ndarray):
+        """Rewrite ``seg`` (decoded, verified) with blocks appended: in-place extension."""
+        raw = encode_segment(seg.segment_id, seg.start,
+                             np.concatenate((seg.block_ids, block_ids)),
+                             np.concatenate((seg.metadata, metadata)), self.meta_width)
+        self.store.put(seg.segment_id, raw)
+        return decode_segment(raw)
+
+    def scan(self):
+        """Every stored segment in id order (the slow rebuild path)."""
+        for _, raw in self.store.scan():
+            yield decode_segment(raw)

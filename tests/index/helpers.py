@@ -1,0 +1,62 @@
+"""Helpers for the index tests: small configurations, workloads, an exact oracle."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import sarp
+
+#: Small parameters that force every path: 8-block segments, 2 base points (D = 4),
+#: 4 filter fields of 16 bits at stride 1, refinement above 3, pruning at 1.
+SMALL = dict(segment_blocks=8, routing_points=2, filter_fields=4, field_bits=16, stride=1,
+             tau=3, pruning_threshold=1)
+
+
+class Oracle:
+    """Exact longest-prefix matching over chained block IDs; first metadata per block wins."""
+
+    def __init__(self) -> None:
+        self.meta: dict[int, bytes] = {}
+
+    def insert(self, ids: np.ndarray, meta: np.ndarray) -> None:
+        for i, b in enumerate(ids.tolist()):
+            self.meta.setdefault(b, meta[i].tobytes())
+
+    def match(self, ids: np.ndarray) -> int:
+        n = 0
+        for b in ids.tolist():
+            if b not in self.meta:
+                break
+            n += 1
+        return n
+
+
+def metadata_for(ids: np.ndarray, tag: int) -> np.ndarray:
+    """Metadata that differs per insert (tag) so first-writer-wins is observable."""
+    m = np.zeros(len(ids), sarp.DEFAULT_METADATA_DTYPE)
+    m["address"] = ids
+    m["node"] = tag
+    return m
+
+
+def shared_prefix_workload(seed: int, sessions: int = 30, turns: int = 4, vocab: int = 50):
+    """Block-ID sequences with heavy sharing: a few system prompts, branching continuations,
+    multi-turn extension. Returns a list of (context, full) token arrays in round-robin order."""
+    rng = np.random.default_rng(seed)
+    prompts = [rng.integers(0, vocab, int(rng.integers(16, 200))) for _ in range(3)]
+    branches = [rng.integers(0, vocab, int(rng.integers(1, 120))) for _ in range(6)]
+    hist = []
+    for _ in range(sessions):
+        parts = [prompts[rng.integers(len(prompts))]]
+        if rng.random() < 0.7:
+            parts.append(branches[rng.integers(len(branches))])
+        hist.append(np.concatenate(parts))
+    out = []
+    for _ in range(turns):
+        for s in range(sessions):
+            user = rng.integers(0, vocab, int(rng.integers(0, 90)))
+            ctx = np.concatenate((hist[s], user))
+            full = np.concatenate((ctx, rng.integers(0, vocab, int(rng.integers(0, 90)))))
+            out.append((ctx, full))
+            hist[s] = full
+    return out
