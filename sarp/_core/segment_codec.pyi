@@ -1,0 +1,36 @@
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+from typing_extensions import Buffer
+
+class Segment(NamedTuple):
+    """A decoded segment record; block_ids and metadata are views into the record."""
+
+    segment_id: int
+    start: int
+    block_count: int
+    meta_width: int
+    block_ids: npt.NDArray[np.uint64]
+    metadata: npt.NDArray[np.uint8]
+
+def encoded_size(block_count: int, meta_width: int) -> int:
+    """Bytes of the record of ``block_count`` blocks with ``meta_width``-byte metadata."""
+
+def encode_segment(
+    segment_id: int,
+    start: int,
+    block_ids: npt.NDArray[np.uint64],
+    metadata: Buffer,
+    meta_width: int,
+) -> bytes:
+    """The record of a segment; metadata is exactly len(block_ids) * meta_width bytes."""
+
+def read_header(buf: Buffer) -> tuple[int, int, int, int]:
+    """(segment_id, start, block_count, meta_width), checked except for the checksum."""
+
+def decode_segment(buf: Buffer) -> Segment:
+    """The fully checked Segment of a record, its arrays viewing ``buf``."""
+
+def append_blocks(buf: Buffer, block_ids: npt.NDArray[np.uint64], metadata: Buffer) -> bytes:
+    """A new record: the checked record ``buf`` with more blocks appended."""

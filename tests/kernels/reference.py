@@ -1,0 +1,127 @@
+"""Plain-Python references for the compiled kernels: direct transcriptions of the definitions
+(DESIGN.md section 2, docs/block_ids_format.txt, docs/segment_format.txt), one loop step per
+block, candidate or byte-field, with no attempt at speed. The tests check the kernels against
+these and the microbenchmarks time the kernels against them."""
+
+from __future__ import annotations
+
+import struct
+
+import xxhash
+
+HEADER = struct.Struct("<IHHQQII")
+MAGIC = 0x53505253
+
+
+def block_ids(tokens: list[int], block_size: int, namespace: bytes) -> list[int]:
+    """h_{-1} = XXH64(namespace); h_i = XXH64(LE uint32 bytes of block i, seed=h_{i-1})."""
+    h = xxhash.xxh64_intdigest(namespace, 0)
+    out = []
+    for i in range(len(tokens) // block_size):
+        block = tokens[i * block_size : (i + 1) * block_size]
+        h = xxhash.xxh64_intdigest(struct.pack(f"<{block_size}I", *block), h)
+        out.append(h)
+    return out
+
+
+def region_filter(
+    ids: list[int], p: int, end: int, n_fields: int = 8, bits: int = 8, stride: int = 2
+) -> int:
+    """F = sum f_i << (64 - i*bits); f_i hashes the present IDs of region i; empty region 0."""
+    end = min(end, p + n_fields * stride)
+    f = 0
+    for i in range(1, n_fields + 1):
+        region = [ids[j] for j in range(p + (i - 1) * stride, p + i * stride) if j < end]
+        if region:
+            field = xxhash.xxh64_intdigest(struct.pack(f"<{len(region)}Q", *region), 0)
+            f |= (field % 2**bits) << (64 - i * bits)
+    return f
+
+
+def field(f: int, i: int, bits: int) -> int:
+    """Field i (1-based, most significant first) of packed filter f."""
+    return (f >> (64 - i * bits)) % 2**bits
+
+
+def matched_fields(a: int, b: int, n_fields: int = 8, bits: int = 8) -> int:
+    """Count of leading fields equal in a and b."""
+    k = 0
+    while k < n_fields and field(a, k + 1, bits) == field(b, k + 1, bits):
+        k += 1
+    return k
+
+
+def filter_bounds(fq: int, k: int, n_fields: int = 8, bits: int = 8) -> tuple[int, int]:
+    """F_min keeps fq's top k fields and zeroes the rest; F_max sets the rest to all ones."""
+    lo = hi = 0
+    for i in range(1, n_fields + 1):
+        shift = 64 - i * bits
+        if i <= k:
+            lo |= field(fq, i, bits) << shift
+            hi |= field(fq, i, bits) << shift
+        else:
+            hi |= (2**bits - 1) << shift
+    return lo, hi
+
+
+def exists_match(filters: list[int], fq: int, k: int, n_fields: int = 8, bits: int = 8) -> bool:
+    """Does any candidate share fq's top k fields? (a scan of every candidate)"""
+    return any(matched_fields(f, fq, n_fields, bits) >= k for f in filters)
+
+
+def best_fields(filters: list[int], fq: int, n_fields: int = 8, bits: int = 8) -> int:
+    """The most leading fields any candidate shares with fq; -1 without candidates."""
+    best = -1
+    for f in filters:
+        best = max(best, matched_fields(f, fq, n_fields, bits))
+    return best
+
+
+def candidate_order(
+    filters: list[int], fq: int, limit: int, n_fields: int = 8, bits: int = 8
+) -> tuple[list[int], list[int]]:
+    """Every candidate by matched fields descending, then index ascending; at most limit."""
+    scored = [(-matched_fields(f, fq, n_fields, bits), i) for i, f in enumerate(filters)]
+    scored.sort()
+    if limit >= 0:
+        scored = scored[:limit]
+    return [i for _, i in scored], [-m for m, _ in scored]
+
+
+def common_prefix(a, a_off: int, b, b_off: int, limit: int = -1) -> int:
+    """Count of consecutive equal positions from the offsets, capped at limit (< 0: none)."""
+    n = min(len(a) - a_off, len(b) - b_off)
+    if 0 <= limit < n:
+        n = limit
+    i = 0
+    while i < n and a[a_off + i] == b[b_off + i]:
+        i += 1
+    return i
+
+
+def encode_segment(
+    segment_id: int, start: int, ids: list[int], metadata: bytes, meta_width: int
+) -> bytes:
+    """Header, IDs, metadata, then XXH64 of all of that: docs/segment_format.txt."""
+    body = HEADER.pack(MAGIC, 1, meta_width, segment_id, start, len(ids), 0)
+    body += struct.pack(f"<{len(ids)}Q", *ids) + metadata
+    return body + struct.pack("<Q", xxhash.xxh64_intdigest(body, 0))
+
+
+def decode_segment(buf: bytes) -> tuple[int, int, int, int, list[int], bytes]:
+    """(segment_id, start, block_count, meta_width, ids, metadata) of a record, after the
+    magic, version, length and checksum checks (ValueError naming the failed check)."""
+    if len(buf) < HEADER.size:
+        raise ValueError("length")
+    magic, version, width, sid, start, n, _ = HEADER.unpack_from(buf)
+    if magic != MAGIC:
+        raise ValueError("magic")
+    if version != 1:
+        raise ValueError("version")
+    if len(buf) != HEADER.size + n * (8 + width) + 8:
+        raise ValueError("length")
+    if xxhash.xxh64_intdigest(buf[:-8], 0) != struct.unpack_from("<Q", buf, len(buf) - 8)[0]:
+        raise ValueError("checksum")
+    ids = list(struct.unpack_from(f"<{n}Q", buf, HEADER.size))
+    meta = buf[HEADER.size + 8 * n : HEADER.size + 8 * n + n * width]
+    return sid, start, n, width, ids, meta
