@@ -9,9 +9,9 @@
 from sarp import errors
 from sarp.block_ids import as_block_ids, block_ids
 from sarp.config import DEFAULT_METADATA_DTYPE, Config
-from sarp.index import Index, open
+from sarp.index import Index, open, rebuild
 from sarp.matching import MatchResult
 
 __all__ = ["DEFAULT_METADATA_DTYPE", "Config", "Index", "MatchResult", "as_block_ids",
-           "block_ids", "errors", "open"]
+           "block_ids", "errors", "open", "rebuild"]
 __version__ = "0.1.0"

@@ -1,20 +1,25 @@
 """The SARP index: ``sarp.open(path, backend=...)`` creates an index or reopens the one there.
 
-An index directory holds ``sarp.json`` (format and configuration) and ``store/`` (the record
-store of segment records). Matches run without locks: they read published posting lists
-(copy-on-write) and immutable segment records. Inserts and background jobs that change the
-routing directory are serialized by one writer lock.
+An index directory holds ``sarp.json`` (format and configuration), ``store/`` (the record store
+of segment records), routing snapshots ``snapshot-N.snap`` and insert journals
+``journal-N.log`` (journal N: the inserts after snapshot N). Matches run without locks: they
+read published posting lists (copy-on-write) and immutable segment records. Inserts and the
+background jobs that change the routing directory are serialized by one writer lock.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from sarp import journal, recovery, snapshot
+from sarp._core.hashing import xxh64
 from sarp.background import Worker
 from sarp.block_ids import as_block_ids, block_ids
 from sarp.config import Config, config_from_kwargs, dumps, loads
@@ -25,44 +30,41 @@ from sarp.matching import match as match_path
 from sarp.routing import Build, Events, RoutingDirectory
 from sarp.segments import SegmentStore
 from storage_backends import RecordStore, open_store
+from storage_backends.io import FileIO
 
 CONFIG_FILE = "sarp.json"
 STORE_DIR = "store"
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    """Temporary file, fsync, rename, fsync of the directory."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class Index:
     """A SARP index over one record store. Use ``sarp.open`` to get one."""
 
-    def __init__(self, path: Path, config: Config, store: RecordStore, background: bool):
+    def __init__(self, path: Path, config: Config, store: RecordStore, *, background: bool,
+                 snapshot_every_inserts: int = 0, snapshot_every_seconds: float = 0.0,
+                 snapshot_on_close: bool = True, io: FileIO | None = None):
         self.path = path
         self.config = config
+        self.config_digest = xxh64(dumps(config).encode())
         self.store = store
+        self.io = io or FileIO()
         self.segments = SegmentStore(store, config.meta_width)
         self.directory = RoutingDirectory(config)
+        self.epoch = 0  # the newest snapshot's sequence number (0: none yet)
+        self.insert_seq = 0
+        self.recovery: dict[str, Any] = {}
+        self._journal: journal.JournalWriter | None = None
         self._lock = threading.RLock()
+        self._snapshot_lock = threading.Lock()
         self._worker = Worker(enabled=background)
         self._closed = False
-        self._counters = {f"match_{k}": 0 for k in COUNTERS}
-        self._counters.update(matches=0, inserts=0, matched_blocks=0, queried_blocks=0,
-                              segments_written=0, segments_extended=0, blocks_written=0,
-                              indexed_blocks=0)
+        self._every = (snapshot_every_inserts, snapshot_every_seconds)
+        self._snapshot_on_close = snapshot_on_close
+        self._since_snapshot = 0
+        self._last_snapshot = time.monotonic()
+        self.counters = {f"match_{k}": 0 for k in COUNTERS}
+        self.counters.update(matches=0, inserts=0, matched_blocks=0, queried_blocks=0,
+                             segments_written=0, segments_extended=0, blocks_written=0,
+                             indexed_blocks=0, snapshots=0)
         self._counter_lock = threading.Lock()
 
     # -- public API ----------------------------------------------------------------------
@@ -74,53 +76,100 @@ class Index:
         mr = self._max_retrieval(max_retrieval)
         result = match_path(self.config, self.directory, self.segments, q, mr)
         with self._counter_lock:
-            self._counters["matches"] += 1
-            self._counters["matched_blocks"] += result.num_blocks
-            self._counters["queried_blocks"] += len(q)
+            self.counters["matches"] += 1
+            self.counters["matched_blocks"] += result.num_blocks
+            self.counters["queried_blocks"] += len(q)
             for k, v in result.stats.items():
-                self._counters[f"match_{k}"] += v
+                self.counters[f"match_{k}"] += v
         return result
 
     def insert(self, tokens: Any = None, *, metadata: Any = None, block_ids: Any = None,
                namespace: bytes | None = None) -> dict[str, int]:
         """Register a processed sequence with one metadata record per full block.
 
-        ``metadata=None`` stores zeroed records. Returns the insertion's counters.
+        ``metadata=None`` stores zeroed records. Returns when the insert is acknowledged:
+        its segments and journal record are durable in the index's durability mode.
         """
         self._check_open()
         q = self._query_ids(tokens, block_ids, namespace)
         meta = self._metadata_rows(metadata, len(q))
         if len(q) == 0:
             return {}
-        jobs: list[Events] = []
+        events = Events()
+        written: list[int] = []
         with self._lock:
             def on_write(seg: Any) -> None:
-                jobs.append(self.directory.place(seg.segment_id, seg.start, seg.block_ids))
+                written.append(seg.segment_id)
+                ev = self.directory.place(seg.segment_id, seg.start, seg.block_ids)
+                events.refine += ev.refine
+                events.remat += ev.remat
 
             st = insert_path(self.config, self.directory, self.segments, q, meta,
                              self.config.max_retrieval, on_write)
-        for ev in jobs:
-            self._schedule(ev)
+            if written:
+                self.insert_seq += 1
+                self._journal.append(journal.Record(self.insert_seq, self.segments.next_id,
+                                                    st["new_blocks"], np.asarray(written)))
+                if self.store.durability == "sync":
+                    self._journal.sync()
+        self._schedule(events)
         with self._counter_lock:
-            self._counters["inserts"] += 1
+            self.counters["inserts"] += 1
             for k in ("segments_written", "segments_extended", "blocks_written"):
-                self._counters[k] += st[k]
-            self._counters["indexed_blocks"] += st["new_blocks"]
+                self.counters[k] += st[k]
+            self.counters["indexed_blocks"] += st["new_blocks"]
+        self._maybe_snapshot(bool(written))
         return st
 
+    def flush(self) -> None:
+        """Make every earlier insert durable (the group-commit point for ``group``)."""
+        self._check_open()
+        with self._lock:
+            self.store.flush()
+            self._journal.sync()
+
+    def snapshot(self) -> dict[str, Any]:
+        """Write the routing directory as snapshot N+1 and start journal N+1.
+
+        The arrays are copied under the writer lock (so the snapshot and the journal split at
+        one insert); writing the file happens outside it, while matches and inserts go on.
+        """
+        self._check_open()
+        with self._snapshot_lock:
+            t0 = time.perf_counter()
+            with self._lock:
+                keys, flags, lengths, segs, filters = self.directory.table.export()
+                seq = self.epoch + 1
+                state = snapshot.SnapshotState(
+                    seq, self.config_digest, self.segments.next_id,
+                    self.counters["indexed_blocks"], keys, flags, lengths, segs, filters)
+                self._journal.close()
+                self._journal = journal.JournalWriter(
+                    self.io, self.path / journal.journal_name(seq), seq)
+                self.epoch = seq
+                self._since_snapshot = 0
+                self._last_snapshot = time.monotonic()
+            self.store.flush()  # every segment the snapshot names is durable first
+            path, nbytes = snapshot.write(self.io, self.path, state)
+            self._remove_older_than(seq - 1)
+            self.counters["snapshots"] += 1
+            return {"path": str(path), "seq": seq, "bytes": nbytes, "entries": len(keys),
+                    "refs": len(segs), "seconds": time.perf_counter() - t0}
+
     def drain(self) -> None:
-        """Wait until background refinement and rematerialization have finished."""
+        """Wait until background refinement, rematerialization and snapshots have finished."""
         self._worker.drain()
 
     def stats(self) -> dict[str, Any]:
         """Aggregated query counters, routing-directory size and the store's statistics."""
         with self._counter_lock:
-            out: dict[str, Any] = dict(self._counters)
+            out: dict[str, Any] = dict(self.counters)
         out.update(self.directory.stats())
         out["segments"] = self.segments.next_id
         blocks = out["indexed_blocks"]
         out["routing_bytes_per_block"] = out["routing_bytes"] / blocks if blocks else 0.0
         out["store"] = self.store.stats()
+        out["io"] = self.io.stats()
         return out
 
     def close(self) -> None:
@@ -129,8 +178,12 @@ class Index:
             return
         try:
             self._worker.close()
+            if self._snapshot_on_close and self._since_snapshot:
+                self.snapshot()
         finally:
             self._closed = True
+            if self._journal is not None:
+                self._journal.close()
             self.store.close()
 
     def __enter__(self) -> Index:
@@ -142,11 +195,18 @@ class Index:
     # -- background work -----------------------------------------------------------------
     def _schedule(self, events: Events) -> None:
         for root in events.refine:
-            self._worker.submit(lambda r=root: self._backfill(r))
+            self._worker.submit(lambda r=root: self._backfill(r, self._schedule))
         for root in events.remat:
-            self._worker.submit(lambda r=root: self._rematerialize(r))
+            self._worker.submit(lambda r=root: self._rematerialize(r, self._schedule))
 
-    def _backfill(self, root: int) -> None:
+    def run_inline(self, events: Events) -> None:
+        """Run the jobs of ``events`` (and those they trigger) now, on this thread."""
+        for root in events.refine:
+            self._backfill(root, self.run_inline)
+        for root in events.remat:
+            self._rematerialize(root, self.run_inline)
+
+    def _backfill(self, root: int, then: Callable[[Events], None]) -> None:
         """Refinement: register every member of ``root`` at the point below it, then publish."""
         d = self.directory
         build = d.backfills[root]
@@ -157,9 +217,9 @@ class Index:
             for seg in segs:
                 d.backfill_member(build, seg.segment_id, seg.block_ids, events)
             d.publish(build)
-        self._schedule(events)
+        then(events)
 
-    def _rematerialize(self, root: int) -> None:
+    def _rematerialize(self, root: int, then: Callable[[Events], None]) -> None:
         """Pruning undone: re-place every member of ``root`` privately, then publish at once."""
         d = self.directory
         build = Build("remat", root)
@@ -171,19 +231,49 @@ class Index:
                 events.refine += ev.refine
                 events.remat += ev.remat
             d.publish(build)
-        self._schedule(events)
+        then(events)
 
-    # -- recovery ------------------------------------------------------------------------
-    def _rebuild_from_segments(self) -> None:
-        """The slow path: re-register every stored segment in id order."""
-        blocks = 0
-        for seg in self.segments.scan():
-            self.segments.advance_past(seg.segment_id)
-            blocks += seg.block_count
-            with self._lock:
-                self._schedule(self.directory.place(seg.segment_id, seg.start, seg.block_ids))
-        self._worker.drain()
-        self._counters["indexed_blocks"] = blocks
+    def _maybe_snapshot(self, inserted: bool) -> None:
+        every_n, every_s = self._every
+        self._since_snapshot += inserted
+        due = (every_n and self._since_snapshot >= every_n) or (
+            every_s and self._since_snapshot and time.monotonic() - self._last_snapshot >= every_s)
+        if due:
+            self._since_snapshot = 0
+            self._last_snapshot = time.monotonic()
+            self._worker.submit(self.snapshot)
+
+    # -- files ---------------------------------------------------------------------------
+    def _start(self, existing: bool) -> None:
+        """Recover an existing index, or create the first journal of a new one."""
+        if existing:
+            self.recovery = recovery.recover(self)
+        self._journal = journal.JournalWriter(
+            self.io, self.path / journal.journal_name(self.epoch), self.epoch)
+
+    def _publish_rebuild(self) -> None:
+        """Rebuild from a full segment scan and publish it as a snapshot newer than any file
+        there; older snapshots and journals (unusable, or they would not be rebuilding) go."""
+        self.recovery = recovery.rebuild(self)
+        seqs = [s for s, _ in journal.files(self.path)]
+        seqs += [snapshot.snapshot_seq(p) for p in snapshot.candidates(self.path)]
+        self.epoch = max(seqs, default=0)
+        self._journal = journal.JournalWriter(
+            self.io, self.path / journal.journal_name(self.epoch + 1), self.epoch + 1)
+        self.epoch += 1
+        self.snapshot()
+        self._remove_older_than(self.epoch)
+
+    def _remove_older_than(self, keep_from: int) -> None:
+        """Delete snapshots and journals before ``keep_from``: the previous snapshot and the
+        journals after it stay, so a damaged newest snapshot still has a fallback."""
+        for p in snapshot.candidates(self.path):
+            if snapshot.snapshot_seq(p) < keep_from:
+                self.io.unlink(p)
+        for seq, p in journal.files(self.path):
+            if seq < keep_from:
+                self.io.unlink(p)
+        self.io.fsync_dir(self.path)
 
     # -- argument checks -----------------------------------------------------------------
     def _check_open(self) -> None:
@@ -221,34 +311,69 @@ class Index:
         return value
 
 
+def _write_atomically(io: FileIO, path: Path, text: str) -> None:
+    """Temporary file, fsync, rename, fsync of the directory."""
+    tmp = path.with_name(path.name + ".tmp")
+    f = io.open(tmp, direct=False)
+    try:
+        f.truncate(0)
+        f.pwrite(text.encode(), 0)
+        f.fsync()
+    finally:
+        f.close()
+    io.rename(tmp, path)
+    io.fsync_dir(path.parent)
+
+
 def open(path: str | os.PathLike, backend: str = "wiredtiger", *, memory_budget: int = 64 << 20,
          durability: str = "sync", direct_io: bool = True, background: bool = True,
-         store_options: dict[str, Any] | None = None, **config: Any) -> Index:
-    """Create an index at ``path``, or reopen the one there.
+         snapshot_every_inserts: int = 0, snapshot_every_seconds: float = 0.0,
+         snapshot_on_close: bool = True, store_options: dict[str, Any] | None = None,
+         _rebuild: bool = False, **config: Any) -> Index:
+    """Create an index at ``path``, or reopen (recover) the one there.
 
     ``config`` takes the paper's parameters (see ``sarp.config.Config``); on reopen, a given
     parameter that conflicts with the stored configuration raises ``ConfigMismatchError``
-    (except ``max_retrieval``, which only changes how queries search).
+    (except ``max_retrieval``, which only changes how queries search). After a reopen,
+    ``index.recovery`` reports the time of each recovery step and the bytes read.
     """
+    t0 = time.perf_counter()
     root = Path(path)
     if root.exists() and not root.is_dir():
         raise ValueError(f"path {str(root)!r} is a file, not an index directory")
     wanted = config_from_kwargs(config)
     cfg_file = root / CONFIG_FILE
     existing = cfg_file.exists()
-    if existing:
-        cfg = wanted.merged_with_stored(loads(cfg_file.read_text()), set(config))
-    else:
-        cfg = wanted
+    cfg = wanted.merged_with_stored(loads(cfg_file.read_text()), set(config)) if existing \
+        else wanted
     store = open_store(backend, root / STORE_DIR, memory_budget=memory_budget,
                        durability=durability, direct_io=direct_io, **(store_options or {}))
+    store_open_s = time.perf_counter() - t0
     try:
+        index = Index(root, cfg, store, background=background,
+                      snapshot_every_inserts=snapshot_every_inserts,
+                      snapshot_every_seconds=snapshot_every_seconds,
+                      snapshot_on_close=snapshot_on_close)
         if not existing:
-            _write_atomically(cfg_file, dumps(cfg))
-        index = Index(root, cfg, store, background)
-        if existing:
-            index._rebuild_from_segments()
+            _write_atomically(index.io, cfg_file, dumps(cfg))
+        if _rebuild:
+            index._publish_rebuild()
+        else:
+            index._start(existing)
     except BaseException:
         store.close()
         raise
+    index.recovery["store_open_s"] = store_open_s
+    index.recovery["total_s"] = time.perf_counter() - t0
     return index
+
+
+def rebuild(path: str | os.PathLike, backend: str = "wiredtiger", **kwargs: Any) -> dict[str, Any]:
+    """The slow path: rebuild the routing directory from a full scan of the segment store and
+    publish it as a new snapshot (for when no usable snapshot exists). Returns a report."""
+    if not (Path(path) / CONFIG_FILE).exists():
+        raise ValueError(f"path {str(path)!r} holds no SARP index")
+    with open(path, backend, _rebuild=True, snapshot_on_close=False, **kwargs) as index:
+        report = dict(index.recovery)
+        report.update(index.directory.stats())
+    return report

@@ -145,7 +145,7 @@ class RoutingDirectory:
             self.backfills[e] = Build("refine", e)
             events.refine.append(e)
         if c.pruning and flags & rt.PRUNED and n > c.pruning_threshold:
-            t.set_flags(e, t.flags(e) & ~rt.PRUNED)
+            t.set_flags(e, (t.flags(e) & ~rt.PRUNED) | rt.REMAT)
             events.remat.append(e)
             return True
         return False
@@ -205,6 +205,8 @@ class RoutingDirectory:
         if build.kind == "refine":
             t.set_flags(build.root, (t.flags(build.root) & ~rt.REFINING) | rt.REFINED)
             self.backfills.pop(build.root, None)
+        else:
+            t.set_flags(build.root, t.flags(build.root) & ~rt.REMAT)
 
     # -- statistics ----------------------------------------------------------------------
     def stats(self) -> dict[str, int]:

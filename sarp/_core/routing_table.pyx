@@ -19,6 +19,7 @@ VISIBLE = 1  # probes may return the entry (private entries are being built)
 PRUNED = 2  # some segment skipped its later routing points because this list was small
 REFINING = 4  # midpoint (or last-block) entries below this one are being back-filled
 REFINED = 8  # the interval below this entry is refined: new segments register there too
+REMAT = 16  # a rematerialization of the points after this entry is pending
 
 cdef int LEN_BITS = 24
 cdef int64_t LEN_MASK = (1 << 24) - 1

@@ -1,0 +1,167 @@
+"""The insert journal (docs/journal_format.txt): the segments each insert wrote or extended
+since a snapshot, so that recovery re-reads and re-registers exactly those.
+
+Journal N holds the inserts after snapshot N (journal 0: after the index was created). A
+record is appended after its segments are in the store and made durable with them: per insert
+under ``sync``, at ``flush()`` under ``group``, at close under ``none``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sarp._core.hashing import xxh64
+from sarp.errors import RecoveryError
+from storage_backends.io import File, FileIO
+
+MAGIC = b"SARPJRNL"
+VERSION = 1
+FILE_HEADER = struct.Struct("<8sIIQ")  # magic, version, reserved, snapshot seq
+RECORD_HEADER = struct.Struct("<IIQ")  # payload length, reserved, XXH64 of the payload
+PAYLOAD_HEADER = struct.Struct("<QQQI4x")  # insert seq, next segment id, new blocks, count
+PREFIX = "journal-"
+SUFFIX = ".log"
+
+
+def journal_name(seq: int) -> str:
+    return f"{PREFIX}{seq:016d}{SUFFIX}"
+
+
+def journal_seq(path: Path) -> int | None:
+    name = path.name
+    if name.startswith(PREFIX) and name.endswith(SUFFIX):
+        digits = name[len(PREFIX):-len(SUFFIX)]
+        if digits.isdigit():
+            return int(digits)
+    return None
+
+
+@dataclass
+class Record:
+    insert_seq: int
+    next_segment_id: int
+    new_blocks: int
+    segment_ids: np.ndarray  # uint64
+
+
+def encode_record(r: Record) -> bytes:
+    ids = np.asarray(r.segment_ids, dtype="<u8")
+    payload = PAYLOAD_HEADER.pack(r.insert_seq, r.next_segment_id, r.new_blocks,
+                                  len(ids)) + ids.tobytes()
+    return RECORD_HEADER.pack(len(payload), 0, xxh64(payload)) + payload
+
+
+class JournalWriter:
+    """Appends records to one journal file."""
+
+    def __init__(self, io: FileIO, path: Path, snapshot_seq: int):
+        self.io = io
+        self.path = path
+        self._file: File = io.open(path, direct=False)
+        size = self._file.size()
+        if size == 0:
+            self._file.pwrite(FILE_HEADER.pack(MAGIC, VERSION, 0, snapshot_seq), 0)
+            self._file.fsync()
+            io.fsync_dir(path.parent)
+            size = FILE_HEADER.size
+        self._offset = size
+        self.unsynced = False
+
+    def append(self, record: Record) -> None:
+        raw = encode_record(record)
+        self._file.pwrite(raw, self._offset)
+        self._offset += len(raw)
+        self.unsynced = True
+
+    def sync(self) -> None:
+        if self.unsynced:
+            self._file.fdatasync()
+            self.unsynced = False
+
+    def close(self) -> None:
+        self.sync()
+        self._file.close()
+
+
+@dataclass
+class Replay:
+    records: list[Record]
+    bytes_read: int
+    torn_tail: int  # bytes after the last complete record (a write cut by a crash)
+
+
+def read(io: FileIO, path: Path, last: bool) -> Replay:
+    """Every complete record of a journal file.
+
+    An incomplete or damaged final record is a torn tail (a crash while appending): it is
+    dropped and the file is cut back to its last complete record. In a journal that is not
+    the newest, or followed by complete records, damage raises ``RecoveryError``.
+    """
+    f = io.open(path, direct=False, create=False)
+    try:
+        size = f.size()
+        buf = bytearray(size)
+        f.pread(buf, 0)
+        raw = bytes(buf)
+        if size < FILE_HEADER.size:
+            raise RecoveryError(f"{path.name}: {size} bytes is shorter than a journal header")
+        magic, version, _, _ = FILE_HEADER.unpack_from(raw)
+        if magic != MAGIC or version != VERSION:
+            raise RecoveryError(f"{path.name}: not a journal of format version {VERSION}")
+        records = list(_records(raw, path.name))
+        end = records[-1][1] if records else FILE_HEADER.size
+        torn = size - end
+        if torn:
+            if not last:
+                raise RecoveryError(f"{path.name}: damaged record at offset {end} in a journal "
+                                    "that a newer one follows")
+            f.truncate(end)
+            f.fsync()
+    finally:
+        f.close()
+    return Replay([r for r, _ in records], size, torn)
+
+
+def _records(raw: bytes, name: str) -> Iterator[tuple[Record, int]]:
+    """(record, end offset) of each valid record until the first damaged or incomplete one.
+
+    A damaged record followed by a valid one is not a torn tail: it raises RecoveryError.
+    """
+    off = FILE_HEADER.size
+    while off + RECORD_HEADER.size <= len(raw):
+        length, _, digest = RECORD_HEADER.unpack_from(raw, off)
+        start = off + RECORD_HEADER.size
+        payload = raw[start:start + length]
+        if (len(payload) != length or length < PAYLOAD_HEADER.size
+                or xxh64(payload) != digest):
+            if _valid_record_after(raw, start):
+                raise RecoveryError(f"{name}: damaged record at offset {off} before valid ones")
+            return
+        seq, next_id, blocks, n = PAYLOAD_HEADER.unpack_from(payload)
+        if length != PAYLOAD_HEADER.size + 8 * n:
+            raise RecoveryError(f"{name}: record at offset {off} has a bad segment count")
+        ids = np.frombuffer(payload, "<u8", n, PAYLOAD_HEADER.size)
+        off = start + length
+        yield Record(seq, next_id, blocks, ids), off
+
+
+def _valid_record_after(raw: bytes, pos: int) -> bool:
+    """Whether any complete, checksummed record starts at an 8-byte boundary after ``pos``."""
+    for off in range(pos + (-pos % 8), len(raw) - RECORD_HEADER.size, 8):
+        length, reserved, digest = RECORD_HEADER.unpack_from(raw, off)
+        start = off + RECORD_HEADER.size
+        if (reserved == 0 and PAYLOAD_HEADER.size <= length <= len(raw) - start
+                and xxh64(raw[start:start + length]) == digest):
+            return True
+    return False
+
+
+def files(directory: Path) -> list[tuple[int, Path]]:
+    """(seq, path) of the journals in ``directory``, oldest first."""
+    found = [(journal_seq(p), p) for p in directory.iterdir()]
+    return sorted((s, p) for s, p in found if s is not None)

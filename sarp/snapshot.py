@@ -1,0 +1,145 @@
+"""Routing-directory snapshots (paper Section 5; docs/snapshot_format.txt).
+
+A snapshot is the routing directory's flat arrays written as they are, behind a header and
+followed by an XXH64 checksum, so recovery is one sequential read plus array copies. It is
+published atomically: temporary file, fsync, rename, fsync of the directory.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sarp._core.hashing import xxh64
+from sarp.errors import BadLengthError, BadMagicError, ChecksumError, UnsupportedVersionError
+from storage_backends.io import FileIO
+
+MAGIC = b"SARPSNAP"
+VERSION = 1
+# magic, version, header length, seq, config digest, next segment id, indexed blocks,
+# entries, references
+HEADER = struct.Struct("<8sIIQQQQQQ")
+PREFIX = "snapshot-"
+SUFFIX = ".snap"
+
+
+def snapshot_name(seq: int) -> str:
+    return f"{PREFIX}{seq:016d}{SUFFIX}"
+
+
+def snapshot_seq(path: Path) -> int | None:
+    """The sequence number in a snapshot file name, or None for other files."""
+    name = path.name
+    if name.startswith(PREFIX) and name.endswith(SUFFIX):
+        digits = name[len(PREFIX):-len(SUFFIX)]
+        if digits.isdigit():
+            return int(digits)
+    return None
+
+
+@dataclass
+class SnapshotState:
+    """What a snapshot holds: the directory's arrays and the allocator state."""
+
+    seq: int
+    config_digest: int
+    next_segment_id: int
+    indexed_blocks: int
+    entry_keys: np.ndarray  # uint64
+    entry_flags: np.ndarray  # uint8
+    list_lengths: np.ndarray  # uint32
+    ref_segments: np.ndarray  # uint64
+    ref_filters: np.ndarray  # uint64
+
+
+def _pad8(a: np.ndarray) -> bytes:
+    raw = a.tobytes()
+    return raw + b"\0" * (-len(raw) % 8)
+
+
+def encode(s: SnapshotState) -> bytes:
+    n, r = len(s.entry_keys), len(s.ref_segments)
+    head = HEADER.pack(MAGIC, VERSION, HEADER.size, s.seq, s.config_digest, s.next_segment_id,
+                       s.indexed_blocks, n, r)
+    body = b"".join((head, s.entry_keys.astype("<u8").tobytes(),
+                     _pad8(s.entry_flags.astype("u1")), _pad8(s.list_lengths.astype("<u4")),
+                     s.ref_segments.astype("<u8").tobytes(), s.ref_filters.astype("<u8").tobytes()))
+    return body + struct.pack("<Q", xxh64(body))
+
+
+def decode(raw: bytes, name: str) -> SnapshotState:
+    """Parse and verify a snapshot; every fault raises a CorruptionError naming the file."""
+    if len(raw) < HEADER.size + 8:
+        raise BadLengthError(f"{name}: {len(raw)} bytes is shorter than a snapshot header")
+    magic, version, hlen, seq, digest, next_id, blocks, n, r = HEADER.unpack_from(raw)
+    if magic != MAGIC:
+        raise BadMagicError(f"{name}: not a snapshot (magic {magic!r})")
+    if version != VERSION or hlen != HEADER.size:
+        raise UnsupportedVersionError(f"{name}: snapshot format version {version}, reads 1")
+    sizes = (8 * n, 8 * -(-n // 8), 8 * -(-4 * n // 8), 8 * r, 8 * r)
+    if len(raw) != HEADER.size + sum(sizes) + 8:
+        raise BadLengthError(f"{name}: {len(raw)} bytes, header says "
+                             f"{HEADER.size + sum(sizes) + 8} (truncated or extended)")
+    (stored,) = struct.unpack_from("<Q", raw, len(raw) - 8)
+    if xxh64(memoryview(raw)[:-8]) != stored:
+        raise ChecksumError(f"{name}: checksum mismatch")
+    off = HEADER.size
+    arrays = []
+    for size, dtype, count in zip(sizes, ("<u8", "u1", "<u4", "<u8", "<u8"),
+                                  (n, n, n, r, r), strict=True):
+        arrays.append(np.frombuffer(raw, dtype, count, off))
+        off += size
+    return SnapshotState(seq, digest, next_id, blocks, *arrays)
+
+
+def write(io: FileIO, directory: Path, state: SnapshotState) -> tuple[Path, int]:
+    """Publish ``state`` as snapshot ``state.seq``; returns its path and size in bytes."""
+    raw = encode(state)
+    final = directory / snapshot_name(state.seq)
+    tmp = final.with_name(final.name + ".tmp")
+    f = io.open(tmp, direct=False)
+    try:
+        f.truncate(0)
+        f.pwrite(raw, 0)
+        f.fsync()
+    finally:
+        f.close()
+    io.rename(tmp, final)
+    io.fsync_dir(directory)
+    return final, len(raw)
+
+
+@dataclass
+class Loaded:
+    state: SnapshotState
+    path: Path
+    bytes_read: int
+    load_s: float
+    deserialize_s: float
+
+
+def load(io: FileIO, path: Path) -> Loaded:
+    """Read and verify one snapshot file (one sequential read)."""
+    t0 = time.perf_counter()
+    f = io.open(path, direct=False, create=False)
+    try:
+        size = f.size()
+        buf = bytearray(size)
+        got = f.pread(buf, 0)
+    finally:
+        f.close()
+    raw = bytes(buf[:got])
+    t1 = time.perf_counter()
+    state = decode(raw, path.name)
+    return Loaded(state, path, got, t1 - t0, time.perf_counter() - t1)
+
+
+def candidates(directory: Path) -> list[Path]:
+    """Snapshot files in ``directory``, newest first."""
+    found = [(snapshot_seq(p), p) for p in directory.iterdir()]
+    return [p for seq, p in sorted((s, p) for s, p in found if s is not None)[::-1]]
+

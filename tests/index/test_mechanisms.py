@@ -1,0 +1,149 @@
+"""Each mechanism on its own: refinement, the registration bound, pruning, rematerialization."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import sarp
+from sarp._core import routing_table as rt
+
+from .helpers import SMALL, metadata_for, shared_prefix_workload
+
+# 8-block segments, two base points (offsets 0 and 4), midpoints at 2 and 6, last block 7.
+BASE = dict(block_size=1, segment_blocks=8, routing_points=2, filter_fields=4, field_bits=16,
+            stride=1)
+
+
+def divergent(shared: int, i: int, length: int = 8) -> np.ndarray:
+    """Token sequence i: ``shared`` common tokens, then tokens unique to i."""
+    return np.concatenate((np.arange(shared), 1000 + 100 * i + np.arange(length - shared)))
+
+
+def entry_of(index, key) -> int:
+    return index.directory.table.find(int(key))
+
+
+def members(index, key) -> set[int]:
+    e = entry_of(index, key)
+    return set() if e < 0 else set(index.directory.table.refs(e)[0].tolist())
+
+
+def test_refinement_fires_above_tau_and_not_at_tau(tmp_path):
+    tau = 5
+    with sarp.open(tmp_path / "i", backend="memory", background=False, pruning=False, tau=tau,
+                   **BASE) as index:
+        seqs = [divergent(1, i) for i in range(tau + 1)]
+        for s in seqs[:tau]:
+            index.insert(tokens=s)
+        p0 = entry_of(index, sarp.block_ids(seqs[0], 1)[0])
+        assert index.directory.table.list_len(p0) == tau
+        assert not index.directory.table.flags(p0) & (rt.REFINED | rt.REFINING)
+        mids = [sarp.block_ids(s, 1)[2] for s in seqs]
+        assert all(entry_of(index, m) < 0 for m in mids)
+
+        index.insert(tokens=seqs[tau])
+        assert index.directory.table.flags(p0) & rt.REFINED
+        # every segment of the refined entry is registered at its midpoint, visibly
+        for m in mids:
+            e = index.directory.table.probe(int(m))
+            assert e >= 0 and index.directory.table.list_len(e) == 1
+
+
+def test_last_block_point_needs_a_refined_final_midpoint(tmp_path):
+    tau = 3
+    with sarp.open(tmp_path / "i", backend="memory", background=False, pruning=False, tau=tau,
+                   **BASE) as index:
+        # share the first 7 blocks: the final interval's midpoint (offset 6) list grows
+        seqs = [divergent(7, i) for i in range(2 * tau + 2)]
+        for s in seqs:
+            index.insert(tokens=s)
+        ids = [sarp.block_ids(s, 1) for s in seqs]
+        t = index.directory.table
+        assert t.flags(entry_of(index, ids[0][6])) & rt.REFINED
+        assert all(t.probe(int(q[7])) >= 0 for q in ids)
+
+
+def test_registrations_per_segment_are_bounded_and_first_point_kept(tmp_path):
+    R = SMALL["routing_points"]
+    with sarp.open(tmp_path / "i", backend="memory", background=False, block_size=1,
+                   **SMALL) as index:
+        for tag, (_, full) in enumerate(shared_prefix_workload(7)):
+            ids = sarp.block_ids(full, 1)
+            index.insert(block_ids=ids, metadata=metadata_for(ids, tag))
+        keys, flags, lengths, segs, _ = index.directory.table.export()
+        per_segment = Counter(segs.tolist())
+        assert max(per_segment.values()) <= 2 * R + 1
+        assert sum(lengths) == len(segs)
+        refined = sum(1 for f in flags.tolist() if f & rt.REFINED)
+        assert refined > 0  # the workload exercised refinement
+        for seg in index.segments.scan():
+            assert seg.segment_id in members(index, seg.block_ids[0])
+
+
+def test_pruning_follows_the_preceding_list_size(tmp_path):
+    threshold = 3
+    with sarp.open(tmp_path / "i", backend="memory", background=False, refinement=False,
+                   pruning_threshold=threshold, **BASE) as index:
+        # share blocks 0..5: every segment has base points 0 and 4 with the same keys
+        seqs = [divergent(6, i) for i in range(threshold + 1)]
+        k0, k4 = sarp.block_ids(seqs[0], 1)[[0, 4]]
+        for n, s in enumerate(seqs[:threshold], 1):
+            index.insert(tokens=s)
+            assert len(members(index, k0)) == n
+            assert entry_of(index, k4) < 0  # pruned: the list at point 0 is small
+        assert index.directory.table.flags(entry_of(index, k0)) & rt.PRUNED
+        index.insert(tokens=seqs[threshold])
+        # the list at 0 exceeded the threshold: point 4 is rematerialized for every member
+        assert members(index, k4) == members(index, k0)
+        assert index.directory.table.probe(int(k4)) >= 0
+
+
+def test_reader_racing_a_rematerialization_sees_old_or_new_complete_state(tmp_path):
+    threshold = 3
+    index = sarp.open(tmp_path / "i", backend="memory", background=True, refinement=False,
+                      pruning_threshold=threshold, max_retrieval=0, **BASE)
+    seqs = [divergent(6, i) for i in range(threshold + 1)]
+    k4 = int(sarp.block_ids(seqs[0], 1)[4])
+    for s in seqs[:threshold]:
+        index.insert(tokens=s)
+    index.drain()
+    expected = [index.match(tokens=s).num_blocks for s in seqs[:threshold]]
+
+    reached, release = threading.Event(), threading.Event()
+    real_read = index.segments.read
+    calls = []
+
+    def slow_read(sid):
+        if threading.current_thread().name == "sarp-background":
+            calls.append(sid)
+            if len(calls) == 3:  # two members placed privately, the third not yet
+                reached.set()
+                assert release.wait(30)
+        return real_read(sid)
+
+    index.segments.read = slow_read
+    index.insert(tokens=seqs[threshold])
+    assert reached.wait(30)
+    t = index.directory.table
+    e4 = t.find(k4)
+    assert e4 >= 0 and t.probe(k4) < 0  # built privately, not yet visible
+    # readers keep routing through the authoritative point-0 entry, complete and correct
+    assert [index.match(tokens=s).num_blocks for s in seqs[:threshold]] == expected
+    release.set()
+    index.drain()
+    assert t.probe(k4) >= 0 and t.list_len(t.find(k4)) == threshold + 1
+    assert [index.match(tokens=s).num_blocks for s in seqs] == [8] * (threshold + 1)
+    index.close()
+
+
+@pytest.mark.parametrize("flag", ["refinement", "filtering", "pruning"])
+def test_design_switches_keep_matches_exact(tmp_path, flag):
+    with sarp.open(tmp_path / "i", backend="memory", background=False, block_size=1,
+                   max_retrieval=0, **{**SMALL, flag: False}) as index:
+        for tag, (_, full) in enumerate(shared_prefix_workload(8, sessions=15, turns=3)):
+            index.insert(tokens=full, metadata=metadata_for(sarp.block_ids(full, 1), tag))
+            assert index.match(tokens=full).num_blocks == len(full)

@@ -1,0 +1,186 @@
+"""Damaged snapshots and journals are detected; recovery falls back or names the fault."""
+
+from __future__ import annotations
+
+import struct
+import threading
+
+import numpy as np
+import pytest
+
+import sarp
+from sarp import journal, snapshot
+from sarp._core.hashing import xxh64
+from sarp.errors import RecoveryError
+
+from .workload import CONFIG, check_match, metadata, sequence
+
+B = CONFIG["block_size"]
+
+
+def insert(index, i: int) -> None:
+    tokens = sequence(i)
+    index.insert(tokens=tokens, metadata=metadata(sarp.block_ids(tokens, B)))
+
+
+def build(path, first: int, last: int, snapshots_at=()) -> None:
+    with sarp.open(path, backend="wiredtiger", snapshot_on_close=False, **CONFIG) as index:
+        for i in range(first, last):
+            insert(index, i)
+            if i in snapshots_at:
+                index.snapshot()
+
+
+def assert_all_match(path, n: int) -> dict:
+    with sarp.open(path, backend="wiredtiger") as index:
+        for i in range(n):
+            assert check_match(index, i) == len(sequence(i)) // B
+        return index.recovery
+
+
+def newest_snapshot(path):
+    return snapshot.candidates(path)[0]
+
+
+def flip(path, offset: int) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[offset] ^= 0x40
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip-body", "flip-header", "version", "config"])
+def test_damaged_newest_snapshot_falls_back_to_the_previous_one(tmp_path, damage):
+    path = tmp_path / "i"
+    build(path, 0, 30, snapshots_at={9, 19})
+    snap = newest_snapshot(path)
+    raw = snap.read_bytes()
+    if damage == "truncate":
+        snap.write_bytes(raw[: len(raw) // 2])
+    elif damage == "flip-body":
+        flip(snap, len(raw) // 2)
+    elif damage == "flip-header":
+        flip(snap, 20)
+    else:  # a well-formed snapshot of another version or configuration
+        state = snapshot.decode(raw, snap.name)
+        if damage == "config":
+            state.config_digest ^= 1
+            snap.write_bytes(snapshot.encode(state))
+        else:
+            body = bytearray(raw[:-8])
+            struct.pack_into("<I", body, 8, 2)
+            snap.write_bytes(bytes(body) + struct.pack("<Q", xxh64(bytes(body))))
+    report = assert_all_match(path, 30)
+    assert report["snapshot"] != snap.name and report["snapshot"] is not None
+    assert len(report["faults"]) == 1 and snap.name in report["faults"][0]
+
+
+def test_no_verifiable_state_fails_naming_file_and_fault(tmp_path):
+    path = tmp_path / "i"
+    build(path, 0, 30, snapshots_at={9, 19})  # journal 0 is gone after the second snapshot
+    for snap in snapshot.candidates(path):
+        flip(snap, 100)
+    with pytest.raises(RecoveryError, match=r"snapshot-0+2\.snap: checksum mismatch"):
+        sarp.open(path, backend="wiredtiger")
+    # the slow path rebuilds from the segment store, and the index serves again
+    report = sarp.rebuild(path, backend="wiredtiger")
+    assert report["segments"] > 0
+    assert_all_match(path, 30)
+
+
+def test_torn_journal_tail_is_dropped_and_earlier_records_kept(tmp_path):
+    path = tmp_path / "i"
+    build(path, 0, 12, snapshots_at={5})
+    jpath = journal.files(path)[-1][1]
+    raw = jpath.read_bytes()
+    jpath.write_bytes(raw[:-5])  # the last insert's record was cut by a crash
+    with sarp.open(path, backend="wiredtiger") as index:
+        assert index.recovery["torn_tail_bytes"] > 0
+        for i in range(11):
+            assert check_match(index, i) == len(sequence(i)) // B
+        check_match(index, 11)  # whatever it matches is verified
+
+
+def test_damaged_journal_record_before_valid_ones_is_refused(tmp_path):
+    path = tmp_path / "i"
+    build(path, 0, 12)
+    jpath = journal.files(path)[-1][1]
+    flip(jpath, journal.FILE_HEADER.size + journal.RECORD_HEADER.size + 3)
+    with pytest.raises(RecoveryError, match=jpath.name):
+        sarp.open(path, backend="wiredtiger")
+
+
+def test_sync_inserts_fsync_the_journal_and_group_waits_for_flush(tmp_path):
+    with sarp.open(tmp_path / "s", backend="wiredtiger", durability="sync", **CONFIG) as index:
+        before = index.io.stats()["fdatasyncs"]
+        for i in range(5):
+            insert(index, i)
+        assert index.io.stats()["fdatasyncs"] - before == 5
+    with sarp.open(tmp_path / "g", backend="wiredtiger", durability="group", **CONFIG) as index:
+        before = index.io.stats()["fdatasyncs"]
+        for i in range(5):
+            insert(index, i)
+        assert index.io.stats()["fdatasyncs"] == before
+        index.flush()
+        assert index.io.stats()["fdatasyncs"] == before + 1
+
+
+def test_snapshot_publication_fsyncs_file_and_directory(tmp_path):
+    with sarp.open(tmp_path / "i", backend="memory", **CONFIG) as index:
+        insert(index, 0)
+        io = index.io.stats()
+        info = index.snapshot()
+        after = index.io.stats()
+        assert after["fsyncs"] - io["fsyncs"] >= 2  # snapshot file, new journal
+        assert after["dir_fsyncs"] - io["dir_fsyncs"] >= 2  # rename published, cleanup
+        published = tmp_path / "i" / snapshot.snapshot_name(info["seq"])
+        assert info["bytes"] == published.stat().st_size
+
+
+def test_snapshots_while_readers_and_writers_work(tmp_path):
+    path = tmp_path / "i"
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    with sarp.open(path, backend="wiredtiger", **CONFIG) as index:
+        for i in range(10):
+            insert(index, i)
+
+        def reader():
+            try:
+                while not stop.is_set():
+                    for i in range(10):
+                        assert check_match(index, i) == len(sequence(i)) // B
+            except BaseException as exc:
+                errors.append(exc)
+
+        t = threading.Thread(target=reader)
+        t.start()
+        for i in range(10, 40):
+            insert(index, i)
+            if i % 5 == 0:
+                index.snapshot()
+        stop.set()
+        t.join(60)
+        assert not t.is_alive() and not errors
+    report = assert_all_match(path, 40)
+    assert report["snapshot"] is not None
+
+
+def test_periodic_snapshots_by_inserts(tmp_path):
+    with sarp.open(tmp_path / "i", backend="memory", background=False, snapshot_every_inserts=4,
+                   **CONFIG) as index:
+        for i in range(13):
+            insert(index, i)
+        assert index.stats()["snapshots"] == 3
+        assert np.all([check_match(index, i) for i in range(13)])
+
+
+def test_rebuild_command(tmp_path, capsys):
+    from sarp.cli import main
+
+    path = tmp_path / "i"
+    build(path, 0, 8)
+    assert main(["rebuild", str(path), "--backend", "wiredtiger"]) == 0
+    assert '"segments"' in capsys.readouterr().out
+    assert_all_match(path, 8)
+    assert main(["rebuild", str(tmp_path / "none")]) == 1
+    assert "holds no SARP index" in capsys.readouterr().err
