@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+import storage_backends
 from sarp import journal, recovery, snapshot
 from sarp._core.hashing import xxh64
 from sarp.background import Worker
@@ -29,7 +30,6 @@ from sarp.matching import COUNTERS, MatchResult
 from sarp.matching import match as match_path
 from sarp.routing import Build, Events, RoutingDirectory
 from sarp.segments import SegmentStore
-from storage_backends import RecordStore, open_store
 from storage_backends.io import FileIO
 
 CONFIG_FILE = "sarp.json"
@@ -39,7 +39,8 @@ STORE_DIR = "store"
 class Index:
     """A SARP index over one record store. Use ``sarp.open`` to get one."""
 
-    def __init__(self, path: Path, config: Config, store: RecordStore, *, background: bool,
+    def __init__(self, path: Path, config: Config, store: storage_backends.RecordStore, *,
+                 background: bool,
                  snapshot_every_inserts: int = 0, snapshot_every_seconds: float = 0.0,
                  snapshot_on_close: bool = True, io: FileIO | None = None):
         self.path = path
@@ -346,7 +347,7 @@ def open(path: str | os.PathLike, backend: str = "wiredtiger", *, memory_budget:
     existing = cfg_file.exists()
     cfg = wanted.merged_with_stored(loads(cfg_file.read_text()), set(config)) if existing \
         else wanted
-    store = open_store(backend, root / STORE_DIR, memory_budget=memory_budget,
+    store = storage_backends.open_store(backend, root / STORE_DIR, memory_budget=memory_budget,
                        durability=durability, direct_io=direct_io, **(store_options or {}))
     store_open_s = time.perf_counter() - t0
     try:

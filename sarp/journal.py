@@ -62,14 +62,19 @@ class JournalWriter:
     def __init__(self, io: FileIO, path: Path, snapshot_seq: int):
         self.io = io
         self.path = path
-        self._file: File = io.open(path, direct=False)
-        size = self._file.size()
-        if size == 0:
-            self._file.pwrite(FILE_HEADER.pack(MAGIC, VERSION, 0, snapshot_seq), 0)
-            self._file.fsync()
+        if not path.exists():  # created whole or not at all: header in a temporary file
+            tmp = path.with_name(path.name + ".tmp")
+            f = io.open(tmp, direct=False)
+            try:
+                f.truncate(0)
+                f.pwrite(FILE_HEADER.pack(MAGIC, VERSION, 0, snapshot_seq), 0)
+                f.fsync()
+            finally:
+                f.close()
+            io.rename(tmp, path)
             io.fsync_dir(path.parent)
-            size = FILE_HEADER.size
-        self._offset = size
+        self._file: File = io.open(path, direct=False, create=False)
+        self._offset = self._file.size()
         self.unsynced = False
 
     def append(self, record: Record) -> None:

@@ -9,11 +9,14 @@ monotonically and are the record store's keys. Records are encoded by the Cython
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sarp._core.segment_codec import decode_segment, encode_segment
-from storage_backends import RecordStore
+
+if TYPE_CHECKING:
+    from storage_backends import RecordStore
 
 
 class SegmentStore:

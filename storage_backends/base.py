@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from sarp.errors import StoreClosedError, StoreKindError
 DURABILITY_MODES = ("sync", "group", "none")
 MAX_KEY = (1 << 64) - 1
 KIND_FILE = "STORE_KIND"
+SCAN_CHUNK = 1024
 
 
 def check_key(key: object, name: str = "key") -> int:
@@ -70,11 +71,15 @@ class RecordStore(ABC):
     """A durable uint64 -> bytes keyspace. Thread-safe: many threads may call it at once.
 
     durability: ``sync`` (put returns after the write is durable), ``group`` (writes are durable
-    after the next ``flush()``), ``none`` (durable when the engine gets to it; ``close()`` still
-    persists everything). See docs/durability.md for what each engine guarantees.
+    after the next ``flush()``), ``none`` (no sync is ever forced before ``close()``; ``flush()``
+    only hands writes to the operating system; ``close()`` still persists everything).
+    See docs/durability.md for what each engine guarantees.
+
+    ``persistent`` is False for an engine whose contents do not survive ``close()`` (memory).
     """
 
     kind: str = ""
+    persistent: bool = True
 
     def __init__(self, path: str | Path, memory_budget: int, durability: str, direct_io: bool):
         if durability not in DURABILITY_MODES:
@@ -127,12 +132,27 @@ class RecordStore(ABC):
         self._count(logical_deletes=1)
 
     def scan(self) -> Iterator[tuple[int, bytes]]:
-        """Every live record, in ascending key order (used by rebuild and tests)."""
+        """Every live record, in ascending key order (used by rebuild and tests).
+
+        A scan continued after ``close()`` raises StoreClosedError; the engine is not touched.
+        """
         self._check_open()
-        return self._scan()
+        return self._checked_scan(self._scan())
+
+    def _checked_scan(self, rows: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, bytes]]:
+        while True:
+            self._check_open()  # before the engine is asked for more
+            row = next(rows, None)
+            if row is None:
+                return
+            yield row
 
     def flush(self) -> None:
-        """Make every earlier write durable (the group-commit point for ``group``)."""
+        """Make every earlier write durable (the group-commit point for ``group``).
+
+        Under ``none`` it forces nothing to the device: writes then survive a crash of this
+        process but not a power loss.
+        """
         self._check_open()
         self._flush()
 
@@ -147,7 +167,8 @@ class RecordStore(ABC):
         with self._counter_lock:
             out: dict[str, Any] = dict(self._counters)
         out.update(kind=self.kind, durability=self.durability, direct_io=self.direct_io)
-        out.update(self._engine_stats())
+        if not self._closed:
+            out.update(self._engine_stats())
         return out
 
     @property
@@ -169,6 +190,22 @@ class RecordStore(ABC):
         with self._counter_lock:
             for name, d in deltas.items():
                 self._counters[name] += d
+
+    def _scan_chunks(
+        self, read_chunk: Callable[[int, int], list[tuple[int, bytes]]]
+    ) -> Iterator[tuple[int, bytes]]:
+        """Ascending scan built from ``read_chunk(first_key, limit)`` calls.
+
+        No engine cursor is held between yields, so the caller may read or write the store
+        while scanning (``scan()`` stops a scan of a closed store before it reads again).
+        """
+        start = 0
+        while True:
+            rows = read_chunk(start, SCAN_CHUNK)
+            yield from rows
+            if len(rows) < SCAN_CHUNK or rows[-1][0] == MAX_KEY:
+                return
+            start = rows[-1][0] + 1
 
     # -- what each engine implements ----------------------------------------------------------
     @abstractmethod

@@ -59,7 +59,7 @@ cdef class RoutingTable:
 
     def __init__(self, Py_ssize_t capacity=64):
         cdef Py_ssize_t cap = 16
-        while cap < 2 * capacity:
+        while 7 * cap < 10 * capacity:
             cap *= 2
         n = max(capacity, 16)
         self.g = _Generation(
@@ -132,7 +132,8 @@ cdef class RoutingTable:
         """Create an empty entry for ``key`` (which must be absent) and return its id."""
         if self._find(self.g, key) >= 0:
             raise KeyError(f"routing key {key} already has an entry")
-        if 2 * (self.n_entries + 1) > self.g.k.shape[0] or self.n_entries == self.g.ek.shape[0]:
+        if (10 * (self.n_entries + 1) > 7 * self.g.k.shape[0]
+                or self.n_entries == self.g.ek.shape[0]):
             self._grow_entries()
         cdef _Generation g = self.g
         cdef Py_ssize_t e = self.n_entries
@@ -174,9 +175,9 @@ cdef class RoutingTable:
     # -- growth and compaction: build a new generation, then swap it in ------------------------
     def _grow_entries(self):
         g = self.g
-        n = max(16, 2 * g.entry_key.shape[0])
+        n = max(16, g.entry_key.shape[0] * 3 // 2)
         cap = g.keys.shape[0]
-        while 2 * n > cap:
+        while 7 * cap < 10 * (self.n_entries + 1):
             cap *= 2
         ek = np.zeros(n, np.uint64)
         er = np.zeros(n, np.int64)
@@ -190,10 +191,10 @@ cdef class RoutingTable:
 
     def _grow_arena(self, Py_ssize_t need):
         g = self.g
-        if self.arena_used > 2 * self.live_refs + 1024:
+        if 2 * self.arena_used > 3 * self.live_refs + 256:
             self._compact(need)
             return
-        size = max(2 * g.ref_seg.shape[0], self.arena_used + need + 1024)
+        size = max(g.ref_seg.shape[0] * 3 // 2, self.arena_used + need + 64)
         rs = np.zeros(size, np.uint64)
         rf = np.zeros(size, np.uint64)
         rs[:self.arena_used] = g.ref_seg[:self.arena_used]
@@ -204,7 +205,7 @@ cdef class RoutingTable:
         """Drop superseded list versions: copy live lists into fresh arrays."""
         g = self.g
         m = self.n_entries
-        size = max(1024, 2 * (self.live_refs + need))
+        size = max(64, (self.live_refs + need) * 5 // 4)
         rs = np.zeros(size, np.uint64)
         rf = np.zeros(size, np.uint64)
         er = g.entry_ref.copy()
@@ -245,7 +246,7 @@ cdef class RoutingTable:
     def from_arrays(cls, entry_key, entry_flags, lengths, segs, filters):
         """Rebuild a table from ``export()``'s arrays: sequential copies plus one table build."""
         m = entry_key.shape[0]
-        cdef RoutingTable t = cls(max(m, 16))
+        cdef RoutingTable t = cls(16)
         n = max(m, 16)
         ek = np.zeros(n, np.uint64)
         ef = np.zeros(n, np.uint8)
@@ -256,12 +257,12 @@ cdef class RoutingTable:
         offs = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64) if m else lengths
         er[:m] = (offs << LEN_BITS) | lengths
         total = int(lengths.sum())
-        rs = np.zeros(max(total + 1024, 2 * total), np.uint64)
+        rs = np.zeros(max(total + 64, total * 5 // 4), np.uint64)
         rf = np.zeros(rs.shape[0], np.uint64)
         rs[:total] = segs
         rf[:total] = filters
-        cap = t.g.keys.shape[0]
-        while 2 * n > cap:
+        cap = 16
+        while 7 * cap < 10 * n:
             cap *= 2
         keys, slots = _build_table(ek[:m], cap)
         t.g = _Generation(keys, slots, ek, er, ef, rs, rf)

@@ -1,0 +1,219 @@
+"""Storage-backend microbenchmark: random get latency and put throughput per engine.
+
+    python bench/backends.py --records 100000 --out DIR [--sizes 1536 4096] [--repeats 3]
+
+For each value size and record count, every persistent engine whose module imports is loaded
+with that many records (random keys, put_many batches), reopened, and measured: single random
+gets (mean and p99 latency) and single random overwrites (throughput, group durability with a
+flush at the end). Each engine runs with direct I/O and a memory budget of 10% of the data
+size, and buffered (direct_io=False) for contrast. The physical reference is os.preadv of the
+same sizes at random aligned offsets of a file opened with O_DIRECT on the same file system.
+Each measurement is repeated and the median reported. Results go to DIR/backends.json and a
+markdown table to stdout and DIR/backends.md. See docs/backends_benchmark.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import mmap
+import os
+import random
+import shutil
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from storage_backends import KINDS, open_store
+
+PAGE = mmap.PAGESIZE
+LOAD_BATCH = 1000
+
+
+def available_kinds() -> list[str]:
+    """Persistent kinds whose engine module imports (new engines join by being importable)."""
+    kinds = []
+    for kind, (module, cls) in KINDS.items():
+        try:
+            engine = getattr(importlib.import_module(module), cls)
+        except ImportError:
+            continue
+        if engine.persistent:
+            kinds.append(kind)
+    return kinds
+
+
+def value_of(key: int, size: int) -> bytes:
+    """A value of ``size`` bytes naming its key (cheap to build, checkable)."""
+    return (key.to_bytes(8, "little") * (size // 8 + 1))[:size]
+
+
+def drop_page_cache(path: Path) -> None:
+    """Ask the kernel to drop cached pages of every file under ``path``."""
+    for f in path.rglob("*"):
+        if f.is_file():
+            fd = os.open(f, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def latency_summary(samples_ns: list[int]) -> tuple[float, float]:
+    """(mean, p99) in microseconds."""
+    ordered = sorted(samples_ns)
+    p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+    return statistics.fmean(ordered) / 1e3, p99 / 1e3
+
+
+def bench_engine(kind: str, direct_io: bool, size: int, records: int, args: Any,
+                 workdir: Path) -> dict[str, Any]:
+    """Load, reopen, then measure gets and puts of one engine configuration."""
+    path = workdir / f"{kind}-{size}-{records}-{'direct' if direct_io else 'buffered'}"
+    shutil.rmtree(path, ignore_errors=True)
+    try:
+        return _bench_engine(kind, direct_io, size, records, args, path)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _bench_engine(kind: str, direct_io: bool, size: int, records: int, args: Any,
+                  path: Path) -> dict[str, Any]:
+    budget = max(1 << 20, records * size // 10)
+    rng = random.Random(records * 7 + size)
+    keys = rng.sample(range(1 << 62), records)
+    opts = {"memory_budget": budget, "direct_io": direct_io}
+    t0 = time.perf_counter()
+    with open_store(kind, path, durability="group", **opts) as store:
+        for i in range(0, records, LOAD_BATCH):
+            store.put_many((k, value_of(k, size)) for k in keys[i:i + LOAD_BATCH])
+        store.flush()
+    load_s = time.perf_counter() - t0
+    drop_page_cache(path)
+    means, p99s, put_rates = [], [], []
+    with open_store(kind, path, durability="group", **opts) as store:
+        for _ in range(args.repeats):
+            samples = []
+            for k in rng.choices(keys, k=args.reads):
+                t = time.perf_counter_ns()
+                v = store.get(k)
+                samples.append(time.perf_counter_ns() - t)
+                if v != value_of(k, size):
+                    raise AssertionError(f"{kind}: wrong value for key {k}")
+            mean, p99 = latency_summary(samples)
+            means.append(mean)
+            p99s.append(p99)
+            batch = rng.choices(keys, k=args.puts)
+            t = time.perf_counter()
+            for k in batch:
+                store.put(k, value_of(k, size))
+            store.flush()
+            put_rates.append(len(batch) / (time.perf_counter() - t))
+        engine_stats = store.stats()
+    disk = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    return {"engine": kind, "direct_io": direct_io, "value_size": size, "records": records,
+            "memory_budget": budget, "disk_bytes": disk, "load_records_per_s": records / load_s,
+            "get_mean_us": statistics.median(means), "get_p99_us": statistics.median(p99s),
+            "put_ops_per_s": statistics.median(put_rates), "repeats": args.repeats,
+            "stats": engine_stats}
+
+
+def bench_raw(size: int, records: int, args: Any, workdir: Path) -> dict[str, Any]:
+    """O_DIRECT os.preadv of ``size`` bytes (rounded up to pages) at random aligned offsets."""
+    length = -(-size // PAGE) * PAGE
+    file_size = max(-(-records * size // PAGE) * PAGE, 64 * length)
+    path = workdir / f"raw-{size}-{records}.bin"
+    chunk = mmap.mmap(-1, 8 << 20)
+    chunk.write(os.urandom(len(chunk)))  # real data: a sparse file would not touch the device
+    fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_TRUNC | os.O_DIRECT, 0o600)
+    buf = mmap.mmap(-1, length)  # mmap memory is page-aligned, as O_DIRECT needs
+    try:
+        for off in range(0, file_size, len(chunk)):
+            os.pwritev(fd, [memoryview(chunk)[:min(len(chunk), file_size - off)]], off)
+        os.fsync(fd)
+        rng = random.Random(size)
+        slots = file_size // PAGE - length // PAGE
+        means, p99s = [], []
+        for _ in range(args.repeats):
+            samples = []
+            for _ in range(args.reads):
+                off = rng.randrange(slots + 1) * PAGE
+                t = time.perf_counter_ns()
+                os.preadv(fd, [buf], off)
+                samples.append(time.perf_counter_ns() - t)
+            mean, p99 = latency_summary(samples)
+            means.append(mean)
+            p99s.append(p99)
+    finally:
+        os.close(fd)
+        buf.close()
+        chunk.close()
+        path.unlink()
+    return {"engine": "raw preadv", "direct_io": True, "value_size": size, "records": records,
+            "memory_budget": 0, "disk_bytes": file_size, "load_records_per_s": None,
+            "get_mean_us": statistics.median(means), "get_p99_us": statistics.median(p99s),
+            "put_ops_per_s": None, "repeats": args.repeats, "read_bytes": length}
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    """The results as a markdown table."""
+    def num(x: float | None, fmt: str) -> str:
+        return "-" if x is None else format(x, fmt)
+
+    lines = ["| engine | I/O | value | records | budget MiB | load rec/s | get mean us "
+             "| get p99 us | put ops/s |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r['engine']} | {'direct' if r['direct_io'] else 'buffered'} | {r['value_size']} "
+            f"| {r['records']} | {r['memory_budget'] / (1 << 20):.1f} "
+            f"| {num(r['load_records_per_s'], ',.0f')} | {r['get_mean_us']:.1f} "
+            f"| {r['get_p99_us']:.1f} | {num(r['put_ops_per_s'], ',.0f')} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, nargs="+", default=[100_000])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1536, 4096])
+    parser.add_argument("--engines", nargs="+", default=None,
+                        help="kinds to run (default: every persistent kind that imports)")
+    parser.add_argument("--buffered", action=argparse.BooleanOptionalAction, default=True,
+                        help="also run each engine with direct_io=False")
+    parser.add_argument("--reads", type=int, default=20_000, help="gets per repeat")
+    parser.add_argument("--puts", type=int, default=5_000, help="puts per repeat")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="where stores are built (default: OUT/work); must allow O_DIRECT")
+    args = parser.parse_args()
+    workdir = args.workdir or args.out / "work"
+    workdir.mkdir(parents=True, exist_ok=True)
+    engines = args.engines or available_kinds()
+    modes = [True, False] if args.buffered else [True]
+    rows = []
+    for records in args.records:
+        for size in args.sizes:
+            need = records * size * 2
+            free = shutil.disk_usage(workdir).free
+            if need > free:
+                print(f"skipping {records} x {size} B: needs ~{need >> 20} MiB, {free >> 20} free")
+                continue
+            rows.append(bench_raw(size, records, args, workdir))
+            for kind in engines:
+                for direct_io in modes:
+                    try:
+                        rows.append(bench_engine(kind, direct_io, size, records, args, workdir))
+                    except Exception as e:  # an engine that cannot take this size: say so, go on
+                        print(f"{kind} (direct_io={direct_io}) {records} x {size} B failed: {e}")
+                        continue
+                    print(markdown(rows[-1:]).splitlines()[-1], flush=True)
+    (args.out / "backends.json").write_text(json.dumps(rows, indent=1, default=str))
+    table = markdown(rows)
+    (args.out / "backends.md").write_text(table + "\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""SSD-BlockHash (paper 6.1): DRAM-BlockHash's per-block entries kept in the record store.
+
+Key = chained block ID, value = that block's metadata bytes. A match issues one ``get`` per
+block from the first block until the first miss (vLLM-style probing), so ``store_reads``
+counts every probe, the miss included. An insert probes the same way, then writes only the
+blocks after the stored prefix in one ``put_many``. No in-DRAM state, nothing to rebuild.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sarp.baselines.base import BaselineIndex, probe_blocks, split_rows
+
+
+class SSDBlockHash(BaselineIndex):
+    """Per-block entries in the backend; one store read per probed block."""
+
+    design = "ssd_blockhash"
+
+    def _match(self, q: np.ndarray) -> tuple[bytes, dict[str, int]]:
+        found, probes = probe_blocks(self.store.get, q.tolist())
+        return b"".join(found), {"store_reads": probes}
+
+    def _insert(self, q: np.ndarray, rows: np.ndarray) -> dict[str, int]:
+        ids = q.tolist()
+        found, probes = probe_blocks(self.store.get, ids)
+        m = len(found)
+        self.store.put_many(zip(ids[m:], split_rows(rows[m:]), strict=True))
+        return {"store_reads": probes, "store_writes": len(ids) - m}
+
+    def _entries(self) -> None:
+        return None

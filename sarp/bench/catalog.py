@@ -1,0 +1,37 @@
+"""Workload names the benchmark accepts, and loading them at a scale.
+
+``synthetic/NAME`` (the four synthetic datasets; ``scale`` multiplies their sessions),
+``trace/SUBSET`` (the shipped LMCache agent trace; a ``scale`` below 1 keeps that fraction
+of its sessions, the first ones) and ``mooncake:PATH`` (a Mooncake trace file).
+"""
+
+from __future__ import annotations
+
+import math
+
+from sarp.bench.mooncake import read_mooncake
+from sarp.bench.synthetic import NAMES, synthetic
+from sarp.bench.trace import SUBSETS, load_trace
+from sarp.bench.workloads import Workload
+
+WORKLOADS = tuple(f"synthetic/{n}" for n in NAMES) + tuple(f"trace/{s}" for s in SUBSETS)
+MOONCAKE = "mooncake:"
+
+
+def check_workload(name: str) -> str:
+    """Return ``name`` if it names a workload, else raise ValueError naming it."""
+    if name in WORKLOADS or (name.startswith(MOONCAKE) and len(name) > len(MOONCAKE)):
+        return name
+    raise ValueError(f"unknown workload {name!r} (choose from {', '.join(WORKLOADS)}, "
+                     f"or {MOONCAKE}PATH)")
+
+
+def load_workload(name: str, scale: float = 1.0, seed: int = 0) -> Workload:
+    """The sessions of workload ``name`` at ``scale``."""
+    kind, _, rest = check_workload(name).partition("/")
+    if name.startswith(MOONCAKE):
+        return read_mooncake(name[len(MOONCAKE):])
+    if kind == "synthetic":
+        return synthetic(rest, scale, seed)
+    sessions = load_trace(rest)
+    return sessions[: max(1, math.ceil(len(sessions) * scale))] if scale < 1 else sessions

@@ -1,0 +1,178 @@
+"""``sarp-bench``: the backend-comparison benchmark of paper Section 6.
+
+    sarp-bench run [--quick] [--workloads W,..] [--designs D,..] [--backends B,..] [--out DIR]
+    sarp-bench recovery [--blocks 1000000,10000000] [--backend wiredtiger]
+    sarp-bench sweep [--workloads W,..] [--budgets 1,2,3,4,0]
+    sarp-bench report DIR
+
+Each command writes results.json, report.md and plots to --out (default results/<timestamp>).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from sarp.bench.backends import check_backend
+from sarp.bench.catalog import WORKLOADS, check_workload
+from sarp.bench.designs import BREAKDOWN, DESIGNS
+from sarp.bench.harness import RunOptions, run, run_recovery, run_sweep
+from sarp.bench.progress import Progress
+from sarp.bench.recovery_bench import RECOVERY_DESIGNS
+from sarp.bench.report import render, rerender
+from sarp.bench.results import default_dir, write_results
+from sarp.bench.sweep import DEFAULT_BUDGETS
+from storage_backends import DURABILITY_MODES, KINDS
+
+QUICK_WORKLOADS = [w for w in WORKLOADS if w.startswith("synthetic/")] + ["trace/magagent"]
+QUICK = {"scale": 0.25, "repeat": 3, "time_limit": 20.0, "threads": [], "recovery": [100_000]}
+FULL = {"scale": 1.0, "repeat": 3, "time_limit": None, "threads": [1, 2, 4, 8],
+        "recovery": [1_000_000]}
+
+
+def _design(name: str) -> str:
+    if name not in DESIGNS:
+        raise ValueError(f"unknown design {name!r} (choose from {', '.join(DESIGNS)})")
+    return name
+
+
+def _recovery_design(name: str) -> str:
+    if name not in RECOVERY_DESIGNS:
+        raise ValueError(f"unknown design {name!r} (choose from {', '.join(RECOVERY_DESIGNS)})")
+    return name
+
+
+def _count(text: str) -> int:
+    value = int(float(text))
+    if value < 0 or value != float(text):
+        raise ValueError(f"{text!r} is not a non-negative integer")
+    return value
+
+
+def _list(check: Callable[[str], Any], allow_none: bool = False) -> Callable[[str], list]:
+    """An argparse type: a comma-separated list, each item checked (``none``: empty list)."""
+    def parse(text: str) -> list:
+        if allow_none and text == "none":
+            return []
+        try:
+            items = [check(t.strip()) for t in text.split(",") if t.strip()]
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        if not items:
+            raise argparse.ArgumentTypeError("empty list")
+        return items
+    return parse
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, help="results directory (default results/<timestamp>)")
+    p.add_argument("--durability", choices=DURABILITY_MODES, default="group",
+                   help="store durability mode (default group: write-ahead log, synced on "
+                        "flush)")
+    p.add_argument("--seed", type=int, default=0, help="synthetic workload seed")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command-line parser."""
+    ap = argparse.ArgumentParser(prog="sarp-bench", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="workloads x designs x backends")
+    r.add_argument("--workloads", type=_list(check_workload),
+                   help=f"comma-separated, from {', '.join(WORKLOADS)}, mooncake:PATH")
+    r.add_argument("--designs", type=_list(_design), help=f"from {', '.join(DESIGNS)}")
+    r.add_argument("--backends", type=_list(check_backend), help=f"from {', '.join(KINDS)}")
+    r.add_argument("--scale", type=_positive, help="workload scale (sessions multiplier)")
+    r.add_argument("--repeat", type=int, help="repetitions per row (medians reported)")
+    r.add_argument("--quick", action="store_true",
+                   help="a few minutes: small scale, one repetition, time-boxed replays")
+    r.add_argument("--time-limit", type=_positive, help="seconds per replay before cutting it")
+    r.add_argument("--threads", type=_list(_count, allow_none=True),
+                   help="request-thread counts for the scaling table, or none")
+    r.add_argument("--sweep", type=_list(_count, allow_none=True),
+                   help="MaxRetrieval values (0 = unbounded), or none")
+    r.add_argument("--recovery-blocks", type=_list(_count, allow_none=True),
+                   help="sizes of the recovery section, or none")
+    _common(r)
+    rec = sub.add_parser("recovery", help="recovery against size, with Redis as the anchor")
+    rec.add_argument("--blocks", type=_list(_count), default=[1_000_000, 10_000_000])
+    rec.add_argument("--workload", type=check_workload, default="trace/magagent")
+    rec.add_argument("--designs", type=_list(_recovery_design), default=list(RECOVERY_DESIGNS),
+                     help=f"from {', '.join(RECOVERY_DESIGNS)}")
+    rec.add_argument("--backend", type=check_backend, default="wiredtiger")
+    _common(rec)
+    sw = sub.add_parser("sweep", help="SARP's hit-rate loss against MaxRetrieval")
+    sw.add_argument("--workloads", type=_list(check_workload), default=QUICK_WORKLOADS)
+    sw.add_argument("--budgets", type=_list(_count), default=list(DEFAULT_BUDGETS))
+    sw.add_argument("--scale", type=_positive, default=1.0)
+    _common(sw)
+    rp = sub.add_parser("report", help="render report.md and the plots from results.json")
+    rp.add_argument("dir", type=Path)
+    return ap
+
+
+def _pick(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
+def run_options(a: argparse.Namespace) -> RunOptions:
+    """The options of ``run``: the given ones, else the --quick or full defaults."""
+    d = QUICK if a.quick else FULL
+    workloads = _pick(a.workloads, QUICK_WORKLOADS if a.quick else list(WORKLOADS))
+    designs = _pick(a.designs, list(DESIGNS))
+    return RunOptions(
+        workloads=workloads, designs=designs, backends=_pick(a.backends, list(KINDS)),
+        scale=_pick(a.scale, d["scale"]), repeat=_pick(a.repeat, d["repeat"]),
+        durability=a.durability, time_limit=_pick(a.time_limit, d["time_limit"]),
+        threads=_pick(a.threads, d["threads"]), sweep=_pick(a.sweep, list(DEFAULT_BUDGETS)),
+        breakdown_workloads=workloads[:1] if a.quick and any(b in designs for b in BREAKDOWN)
+        else None, recovery_blocks=_pick(a.recovery_blocks, d["recovery"]), seed=a.seed,
+        quick=a.quick)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``sarp-bench``; returns the exit status."""
+    ap = parser()
+    a = ap.parse_args(argv)
+    if a.command == "report":
+        try:
+            print(rerender(a.dir))
+        except FileNotFoundError as exc:
+            ap.error(f"argument dir: {exc}")
+        return 0
+    if a.command == "run" and a.repeat is not None and a.repeat < 1:
+        ap.error("argument --repeat: must be at least 1")
+    out = a.out or default_dir()
+    progress = Progress(not a.no_progress)
+    if a.command == "run":
+        results = run(run_options(a), out, progress)
+    elif a.command == "sweep":
+        opts = RunOptions(workloads=a.workloads, designs=[], backends=[], scale=a.scale,
+                          repeat=1, durability=a.durability, sweep=a.budgets, seed=a.seed)
+        results = run_sweep(opts, out, progress)
+    else:
+        opts = RunOptions(workloads=[], designs=[], backends=[a.backend], repeat=1,
+                          durability=a.durability, recovery_blocks=a.blocks,
+                          recovery_workload=a.workload, recovery_designs=a.designs,
+                          seed=a.seed)
+        results = run_recovery(opts, out, progress)
+    write_results(out, results)
+    print(render(results, out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

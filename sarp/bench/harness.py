@@ -1,0 +1,194 @@
+"""The backend-comparison benchmark: workloads x designs x backends (paper Section 6).
+
+Per workload: the exact oracle first (the reference for hit-rate loss), the DRAM-only designs
+once, then every SSD-backed design on every backend with direct I/O and the memory budget of
+``store_budget``. SARP runs before Segment-Radix (capped) so that the cap can be SARP's routing
+bytes on the same workload. Then the MaxRetrieval sweep and the thread-scaling table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sarp
+from sarp.bench import metrics
+from sarp.bench.backends import unavailable
+from sarp.bench.catalog import load_workload
+from sarp.bench.designs import BREAKDOWN, DESIGNS, Setup
+from sarp.bench.measure import measure
+from sarp.bench.progress import Progress
+from sarp.bench.recovery_bench import RECOVERY_DESIGNS, recovery
+from sarp.bench.replay import Prepared, Trace, prepare, replay, store_budget
+from sarp.bench.scaling import SCALING_DESIGNS, scaling
+from sarp.bench.sweep import DEFAULT_BUDGETS, sweep
+
+CAP_NOTE = ("Segment-Radix (capped) caps its in-DRAM tree at SARP's routing bytes on the same "
+            "workload and backend; the paper picks the cap so that its recovery time is "
+            "comparable to SARP's (0.96-1.96x).")
+
+
+@dataclass
+class RunOptions:
+    """What ``sarp-bench run`` measures."""
+
+    workloads: list[str]
+    designs: list[str]
+    backends: list[str]
+    scale: float = 1.0
+    repeat: int = 3
+    durability: str = "group"
+    time_limit: float | None = None  # seconds per replay; a longer one is cut short
+    threads: list[int] = field(default_factory=list)  # empty: no scaling table
+    sweep: list[int] = field(default_factory=lambda: list(DEFAULT_BUDGETS))
+    breakdown_workloads: list[str] | None = None  # where BREAKDOWN designs run; None: all
+    recovery_blocks: list[int] = field(default_factory=list)  # empty: no recovery section
+    recovery_workload: str = "trace/magagent"
+    recovery_designs: list[str] = field(default_factory=lambda: list(RECOVERY_DESIGNS))
+    seed: int = 0
+    quick: bool = False
+
+
+def run(opts: RunOptions, out: Path, progress: Progress) -> dict[str, Any]:
+    """Run the benchmark; index directories live in a temporary folder under ``out``."""
+    t0 = time.perf_counter()
+    skipped = unavailable(opts.backends)
+    backends = [b for b in opts.backends if b not in skipped]
+    results: dict[str, Any] = {"meta": _meta(opts, skipped), "rows": [], "threads": [],
+                               "sweep": [], "recovery": {}}
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="work-", dir=out) as tmp:
+        for name in opts.workloads:
+            p = prepare(name, load_workload(name, opts.scale, opts.seed))
+            progress.note(f"{name}: {len(p.contexts)} requests, {p.unique_blocks} unique blocks")
+            results["meta"]["workloads"][name] = {"requests": len(p.contexts),
+                                                  "unique_blocks": p.unique_blocks,
+                                                  "memory_budget": store_budget(p)}
+            work = Path(tmp) / name.replace("/", "_").replace(":", "_")
+            work.mkdir(parents=True)
+            exact = _workload_rows(opts, p, backends, work, progress, results)
+            if opts.sweep:
+                results["sweep"] += sweep(p, exact, opts.sweep, _setup(opts, p, "memory"), work,
+                                          progress)
+            if opts.threads:
+                caps = results["meta"]["radix_caps"]
+                results["threads"] += _scaling(opts, p, backends, caps, work, progress)
+            shutil.rmtree(work, ignore_errors=True)
+        if opts.recovery_blocks:
+            results["recovery"] = _recovery(opts, backends, Path(tmp), progress)
+    metrics.space_ratios(results["rows"])
+    results["meta"]["seconds"] = time.perf_counter() - t0
+    return results
+
+
+def run_sweep(opts: RunOptions, out: Path, progress: Progress) -> dict[str, Any]:
+    """Only the MaxRetrieval sweep (and the exact oracle it compares with), per workload."""
+    return run(dataclasses.replace(opts, designs=[], backends=[], threads=[],
+                                   recovery_blocks=[]), out, progress)
+
+
+def run_recovery(opts: RunOptions, out: Path, progress: Progress) -> dict[str, Any]:
+    """Only the recovery section."""
+    return run(dataclasses.replace(opts, workloads=[], sweep=[], threads=[]), out, progress)
+
+
+def _recovery(opts: RunOptions, backends: list[str], tmp: Path,
+              progress: Progress) -> dict[str, Any]:
+    """Recovery against size, SARP on the first selected non-memory backend."""
+    backend = next((b for b in backends if b != "memory"), None)
+    if backend is None:
+        return {"rows": [], "notes": ["recovery: n/a, no persistent backend selected"]}
+    p = prepare(opts.recovery_workload, load_workload(opts.recovery_workload, 1.0, opts.seed))
+    work = tmp / "recovery"
+    work.mkdir(parents=True, exist_ok=True)
+    return recovery(p, opts.recovery_blocks, opts.recovery_designs, backend, work,
+                    opts.durability, progress)
+
+
+def _workload_rows(opts: RunOptions, p: Prepared, backends: list[str], work: Path,
+                   progress: Progress, results: dict[str, Any]) -> Trace:
+    """Every row of one workload; returns the exact oracle's trace."""
+    wanted = [d for d in opts.designs if d not in BREAKDOWN
+              or opts.breakdown_workloads is None or p.name in opts.breakdown_workloads]
+
+    def one(name: str, setup: Setup, exact: Trace | None) -> dict[str, Any]:
+        try:
+            m = measure(DESIGNS[name], setup, p, repeat=opts.repeat, workdir=work, exact=exact,
+                        time_limit=opts.time_limit, progress=progress)
+            row, trace = m.row, m.trace
+        except Exception as exc:  # a design that fails on a backend gets an n/a row
+            if name == "exact":
+                raise
+            row, trace = metrics.failed_row(p.name, name, setup.backend, exc), None
+        results["rows"].append(row)
+        progress.note(_summary(row))
+        return {"row": row, "trace": trace}
+
+    exact = one("exact", _setup(opts, p, "memory"), None)["trace"]
+    for name in wanted:
+        if not DESIGNS[name].ssd and name != "exact":
+            one(name, _setup(opts, p, "memory"), exact)
+    ssd = sorted((d for d in wanted if DESIGNS[d].ssd), key=lambda d: d == "segment-radix-capped")
+    for backend in backends:
+        cap = None
+        for name in ssd:
+            if name == "segment-radix-capped":
+                cap = cap or _sarp_routing_bytes(opts, p, work)
+                results["meta"]["radix_caps"][f"{p.name} {backend}"] = cap
+            row = one(name, _setup(opts, p, backend, cap), exact)["row"]
+            if name == "sarp" and row["routing_bytes"] is not None:
+                cap = int(row["routing_bytes"])
+    return exact
+
+
+def _scaling(opts: RunOptions, p: Prepared, backends: list[str], caps: dict[str, int],
+             work: Path, progress: Progress) -> list[dict[str, Any]]:
+    """The thread-scaling rows, on the first selected non-memory backend."""
+    backend = next((b for b in backends if b != "memory"), "memory")
+    rows = []
+    for name in (d for d in SCALING_DESIGNS if d in opts.designs):
+        cap = None
+        if name == "segment-radix-capped":
+            cap = caps.get(f"{p.name} {backend}") or _sarp_routing_bytes(opts, p, work)
+        rows += scaling(p, DESIGNS[name], _setup(opts, p, backend, cap), opts.threads, work,
+                        progress)
+    return rows
+
+
+def _sarp_routing_bytes(opts: RunOptions, p: Prepared, work: Path) -> int:
+    """SARP's routing bytes after replaying ``p`` (on the memory backend; the routing
+    directory does not depend on the backend): the cap of Segment-Radix (capped)."""
+    path = work / "cap-probe"
+    index = DESIGNS["sarp"].open(path, _setup(opts, p, "memory"))
+    try:
+        replay(index, p)
+        return int(index.stats()["routing_bytes"])
+    finally:
+        index.close()
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _setup(opts: RunOptions, p: Prepared, backend: str, cap: int | None = None) -> Setup:
+    return Setup(backend, store_budget(p), opts.durability, True, cap)
+
+
+def _summary(row: dict[str, Any]) -> str:
+    rps, hit = row["throughput_rps"], row["token_hit_rate"]
+    head = f"  {row['workload']} {row['design']} {row['backend']}: "
+    if row.get("error"):
+        return head + "FAILED " + row["error"]
+    return head + (f"{rps:.1f} req/s, hit {hit:.4f}" if rps and hit is not None else "done")
+
+
+def _meta(opts: RunOptions, skipped: dict[str, str]) -> dict[str, Any]:
+    return {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "options": dataclasses.asdict(opts),
+            "skipped_backends": skipped, "workloads": {}, "radix_caps": {},
+            "sarp_version": sarp.__version__, "python": platform.python_version(),
+            "cpus": os.cpu_count(), "notes": [CAP_NOTE]}

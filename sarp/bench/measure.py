@@ -1,0 +1,80 @@
+"""Measuring one (workload, design, backend) row: replay, snapshot, close, reopen, repeated."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sarp.bench import metrics
+from sarp.bench.designs import DRAM_BACKEND, Design, Setup
+from sarp.bench.progress import Progress
+from sarp.bench.replay import Prepared, Trace, replay
+
+STORE_DIR = "store"  # where SARP and every baseline keep their record store
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A row (median over repetitions) and the first repetition's trace."""
+
+    row: dict[str, Any]
+    trace: Trace
+
+
+def dir_bytes(path: Path) -> int:
+    """Sum of the sizes of the files under ``path``."""
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def measure(design: Design, setup: Setup, p: Prepared, *, repeat: int, workdir: Path,
+            exact: Trace | None, time_limit: float | None, progress: Progress) -> Measured:
+    """Replay ``p`` on a fresh index ``repeat`` times; the row holds the medians."""
+    backend = setup.backend if design.ssd else DRAM_BACKEND
+    reps, first = [], None
+    for rep in range(repeat):
+        path = workdir / f"{design.name}-{setup.backend}-{rep}"
+        shutil.rmtree(path, ignore_errors=True)
+        index = design.open(path, setup)
+        try:
+            with progress.bar(len(p.contexts), f"{p.name} {design.name} {backend}") as tick:
+                trace = replay(index, p, time_limit, tick)
+            stats = index.stats()
+            snap = index.snapshot()
+        finally:
+            index.close()
+        row = metrics.new_row(p.name, design.name, backend)
+        row.update(memory_budget=setup.memory_budget if design.ssd else None,
+                   unique_blocks=p.unique_blocks, truncated=trace.completed < len(p.contexts))
+        if design.name == "segment-radix-capped":
+            row["radix_cap"] = setup.radix_cap
+        metrics.timing(row, trace)
+        metrics.hit_rate(row, trace, p, exact if design.name != "exact" else trace)
+        metrics.reads(row, design.name, trace)
+        metrics.state(row, design.name, stats, p)
+        _persistence(row, design, setup, path, snap)
+        shutil.rmtree(path, ignore_errors=True)
+        reps.append(row)
+        first = first or trace
+    assert first is not None
+    return Measured(metrics.median_row(reps), first)
+
+
+def _persistence(row: dict[str, Any], design: Design, setup: Setup, path: Path,
+                 snap: dict[str, Any]) -> None:
+    """Store size after close, then the recovery report of a reopen."""
+    if not design.ssd:
+        store, store_reason = None, "DRAM-only design: no store on disk"
+    elif setup.backend == "memory":
+        store, store_reason = None, "memory backend keeps nothing on disk"
+    else:
+        store, store_reason = dir_bytes(path / STORE_DIR), ""
+    recovery, reason = None, ""
+    if design.ssd and setup.backend == "memory":
+        reason = "memory backend is not persistent"
+    else:
+        reopened = design.open(path, setup)
+        recovery = dict(reopened.recovery)
+        reopened.close()
+    metrics.persistence(row, snap, store, store_reason, recovery, reason)

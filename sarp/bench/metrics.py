@@ -1,0 +1,173 @@
+"""One results row per (workload, design, backend): the metrics of paper Section 6, by plain name.
+
+A metric a design cannot report is None in the row, with the reason in ``row["na"][name]``;
+no number is ever filled in for it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import numpy as np
+
+from sarp.bench.designs import is_sarp
+from sarp.bench.replay import Prepared, Trace
+
+RECOVERY_STAGES = ("store_open_s", "snapshot_load_s", "deserialize_s", "rebuild_s",
+                   "journal_replay_s", "bytes_read")
+RECOVERY_FIELDS = tuple(f"recovery_{s}" for s in RECOVERY_STAGES)
+FIELDS = (
+    "workload", "design", "backend", "requests", "throughput_rps",
+    "match_mean_us", "match_p50_us", "match_p99_us",
+    "insert_mean_us", "insert_p50_us", "insert_p99_us",
+    "token_hit_rate", "hit_loss_vs_exact", "store_reads_per_match",
+    "segment_retrievals_per_window", "candidates_before", "candidates_after",
+    "candidates_retrieved", "routing_entries", "routing_bytes", "routing_bytes_per_block",
+    "dram_bytes", "snapshot_bytes", "recovery_s", *RECOVERY_FIELDS, "store_bytes",
+    "space_vs_ssd_blockhash",
+)
+#: fields that identify a row (never aggregated across repetitions)
+KEYS = ("workload", "design", "backend")
+SARP_ONLY = "a SARP routing-entry metric"
+
+
+def new_row(workload: str, design: str, backend: str) -> dict[str, Any]:
+    """A row with every field None and no reasons yet."""
+    row: dict[str, Any] = dict.fromkeys(FIELDS)
+    row.update(workload=workload, design=design, backend=backend, na={})
+    return row
+
+
+def failed_row(workload: str, design: str, backend: str, exc: BaseException) -> dict[str, Any]:
+    """The row of a design that raised ``exc``: every metric n/a, the error named."""
+    cause = exc.__context__
+    error = f"{type(exc).__name__}: {exc}" + (
+        f" (while handling {type(cause).__name__}: {cause})" if cause is not None else "")
+    row = new_row(workload, design, backend)
+    for name in FIELDS:
+        if name not in KEYS:
+            mark_na(row, name, "the run failed")
+    row["error"] = error
+    return row
+
+
+def mark_na(row: dict[str, Any], name: str, reason: str) -> None:
+    """Set ``name`` to n/a with ``reason``."""
+    row[name] = None
+    row["na"][name] = reason
+
+
+def timing(row: dict[str, Any], trace: Trace) -> None:
+    """Throughput (requests / wall time of the replay) and match / insert latency."""
+    row["requests"] = trace.completed
+    row["throughput_rps"] = trace.completed / trace.wall_s if trace.wall_s > 0 else None
+    for op, ns in (("match", trace.match_ns), ("insert", trace.insert_ns)):
+        us = ns / 1e3
+        row[f"{op}_mean_us"] = float(us.mean()) if len(us) else None
+        row[f"{op}_p50_us"] = float(np.percentile(us, 50)) if len(us) else None
+        row[f"{op}_p99_us"] = float(np.percentile(us, 99)) if len(us) else None
+
+
+def hit_rate(row: dict[str, Any], trace: Trace, p: Prepared, exact: Trace | None) -> None:
+    """Token hit rate, and its relative loss against the exact oracle on the same requests."""
+    k = trace.completed
+    context = int(p.context_tokens[:k].sum())
+    mine = int(trace.matched_tokens.sum())
+    row["token_hit_rate"] = mine / context if context else None
+    if exact is None or exact.completed < k:
+        mark_na(row, "hit_loss_vs_exact", "the exact oracle did not run on these requests")
+        return
+    ref = int(exact.matched_tokens[:k].sum())
+    if ref == 0:
+        mark_na(row, "hit_loss_vs_exact", "the exact oracle matched no tokens")
+    else:
+        row["hit_loss_vs_exact"] = (ref - mine) / ref
+
+
+def reads(row: dict[str, Any], design: str, trace: Trace) -> None:
+    """Store reads per match and, for SARP, the per-routing-entry candidates (Table 4)."""
+    st, n = trace.stats, max(trace.completed, 1)
+    if is_sarp(design):
+        retrieved = st.get("segments_retrieved", 0)
+        row["store_reads_per_match"] = retrieved / n
+        windows = st.get("windows", 0)
+        routed = st.get("routed_windows")  # the routing hits, where the index counts them
+        per = routed if routed is not None else windows
+        row["candidates_per"] = "routing entry" if routed is not None else "query window"
+        row["segment_retrievals_per_window"] = retrieved / windows if windows else None
+        for name, key in (("candidates_before", "candidates_before"),
+                          ("candidates_after", "candidates_after"),
+                          ("candidates_retrieved", "segments_retrieved")):
+            row[name] = st.get(key, 0) / per if per else None
+        return
+    row["store_reads_per_match"] = st.get("store_reads", 0) / n
+    for name in ("segment_retrievals_per_window", "candidates_before", "candidates_after",
+                 "candidates_retrieved"):
+        mark_na(row, name, SARP_ONLY)
+
+
+def state(row: dict[str, Any], design: str, stats: dict[str, Any], p: Prepared) -> None:
+    """In-DRAM routing state: entries, bytes, bytes per unique block."""
+    if is_sarp(design):
+        row["routing_entries"] = stats.get("routing_entries")
+        row["routing_bytes"] = stats.get("routing_bytes")
+        row["dram_bytes"] = stats.get("routing_bytes")
+    else:
+        entries = stats.get("entries")
+        if entries is None:
+            mark_na(row, "routing_entries", "the design keeps no in-DRAM index")
+        row["routing_entries"] = entries
+        row["routing_bytes"] = row["dram_bytes"] = stats.get("dram_bytes")
+    nbytes = row["routing_bytes"]
+    row["routing_bytes_per_block"] = nbytes / p.unique_blocks if nbytes and p.unique_blocks \
+        else (0.0 if nbytes == 0 else None)
+
+
+def persistence(row: dict[str, Any], snap: dict[str, Any], store_bytes: int | None,
+                store_reason: str, recovery: dict[str, Any] | None, recovery_reason: str) -> None:
+    """Snapshot bytes, the store's on-disk size, recovery time and its breakdown."""
+    row["snapshot_bytes"] = snap.get("bytes", snap.get("bytes_written"))
+    row["snapshot_s"] = snap.get("seconds")
+    if store_bytes is None:
+        mark_na(row, "store_bytes", store_reason)
+    row["store_bytes"] = store_bytes
+    if recovery is None:
+        for name in ("recovery_s", *RECOVERY_FIELDS):
+            mark_na(row, name, recovery_reason)
+        return
+    row["recovery_s"] = recovery.get("total_s", recovery.get("seconds"))
+    for stage, name in zip(RECOVERY_STAGES, RECOVERY_FIELDS, strict=True):
+        if stage in recovery:
+            row[name] = recovery[stage]
+        else:
+            mark_na(row, name, f"the design's recovery report has no {stage}")
+
+
+def space_ratios(rows: list[dict[str, Any]]) -> None:
+    """space_vs_ssd_blockhash: store bytes over SSD-BlockHash's, same workload and backend."""
+    ref = {(r["workload"], r["backend"]): r["store_bytes"] for r in rows
+           if r["design"] == "ssd-blockhash"}
+    for r in rows:
+        base = ref.get((r["workload"], r["backend"]))
+        if r["store_bytes"] is None:
+            mark_na(r, "space_vs_ssd_blockhash", "no on-disk store size")
+        elif not base:
+            mark_na(r, "space_vs_ssd_blockhash", "no SSD-BlockHash row on this backend")
+        else:
+            r["space_vs_ssd_blockhash"] = r["store_bytes"] / base
+
+
+def median_row(reps: list[dict[str, Any]]) -> dict[str, Any]:
+    """The repetitions of one row combined: the median of each number, the fewest requests."""
+    out = dict(reps[0])
+    out["na"] = {k: v for r in reps for k, v in r["na"].items()}
+    for name, value in reps[0].items():
+        if name in KEYS or name == "na" or isinstance(value, (str, bool)):
+            continue
+        values = [r[name] for r in reps if isinstance(r.get(name), (int, float))]
+        out[name] = statistics.median(values) if values else None
+    out["requests"] = min(r["requests"] for r in reps)
+    out["repeats"] = len(reps)
+    out["truncated"] = any(r.get("truncated") for r in reps)
+    return out

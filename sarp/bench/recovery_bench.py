@@ -1,0 +1,156 @@
+"""Recovery against index size (paper 6.3), with Redis as the anchor and the disk's sequential
+read bandwidth as the physical reference.
+
+A workload is grown to N unique blocks by replication with fresh IDs: copy c maps every block
+ID through a bijective 64-bit mix salted with c, so each copy keeps the prefix structure of the
+original while sharing no ID with another copy. Each design is built at that size, persisted,
+and reopened; the reopen's recovery report is the row.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sarp.bench.designs import DESIGNS, Setup
+from sarp.bench.disk import sequential_read
+from sarp.bench.metrics import RECOVERY_STAGES
+from sarp.bench.progress import Progress
+from sarp.bench.redis_anchor import NOT_FOUND, find_server, redis_recovery
+from sarp.bench.replay import ENTRY_BYTES, Prepared, block_metadata
+
+RECOVERY_DESIGNS = ("sarp", "dram-blockhash", "segment-radix", "redis")
+_GOLDEN = 0x9E3779B97F4A7C15
+_MASK = (1 << 64) - 1
+NOTES = ("Recovery: from opening the persisted index (SARP: sarp.open of a snapshotted index; "
+         "DRAM-BlockHash and Segment-Radix: reload of their snapshot) or starting redis-server, "
+         "until it serves queries (Redis: PING, then a GET of a loaded key returns its value).",
+         "The snapshot files were just written, so they may be in the page cache; the physical "
+         "reference is the snapshot size over the sequential O_DIRECT read bandwidth of the "
+         "same disk, measured in the same run.")
+
+
+def mix(ids: np.ndarray, copy: int) -> np.ndarray:
+    """Fresh IDs for copy ``copy``: SplitMix64 of the IDs xor a per-copy salt (bijective)."""
+    x = ids ^ np.uint64(((copy + 1) * _GOLDEN) & _MASK)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def maximal_sequences(p: Prepared) -> list[np.ndarray]:
+    """The inserted sequences that are not a prefix of their session's next one (inserting
+    those gives the same blocks as the whole replay, with fewer calls)."""
+    last: dict[int, int] = {}
+    keep = []
+    for i, s in enumerate(p.sessions.tolist()):
+        j = last.get(s)
+        if j is not None and not _is_prefix(p.fulls[j], p.fulls[i]):
+            keep.append(j)
+        last[s] = i
+    keep += last.values()
+    return [p.fulls[i] for i in sorted(keep)]
+
+
+def _is_prefix(a: np.ndarray, b: np.ndarray) -> bool:
+    return len(a) <= len(b) and bool(np.array_equal(a, b[: len(a)]))
+
+
+def copies_for(p: Prepared, blocks: int) -> int:
+    """Copies of ``p`` needed for at least ``blocks`` unique blocks."""
+    return max(1, -(-blocks // max(p.unique_blocks, 1)))
+
+
+def replicated(base: list[np.ndarray], copies: int) -> Iterator[np.ndarray]:
+    """The sequences of ``copies`` copies, copy by copy."""
+    for c in range(copies):
+        for seq in base:
+            yield mix(seq, c)
+
+
+def _budget(blocks: int) -> int:
+    return max(1 << 20, blocks * ENTRY_BYTES // 10)
+
+
+def _index_row(name: str, backend: str, blocks: int, copies: int, base: list[np.ndarray],
+               work: Path, durability: str, progress: Progress) -> dict[str, Any]:
+    """Build design ``name`` at ``blocks`` blocks, persist it, reopen it: the recovery row."""
+    design = DESIGNS[name]
+    store = backend if design.ssd else "memory"
+    setup = Setup(store, _budget(blocks), durability, True)
+    path = work / f"{name}-{blocks}"
+    shutil.rmtree(path, ignore_errors=True)
+    index = design.open(path, setup)
+    t0 = time.perf_counter()
+    try:
+        with progress.bar(copies * len(base), f"build {name} {blocks}") as tick:
+            for seq in replicated(base, copies):
+                index.insert(block_ids=seq, metadata=block_metadata(seq))
+                tick()
+        getattr(index, "drain", lambda: None)()
+        build_s = time.perf_counter() - t0
+        snap = index.snapshot()
+    finally:
+        index.close()
+    reopened = design.open(path, setup)
+    rec = dict(reopened.recovery)
+    reopened.close()
+    shutil.rmtree(path, ignore_errors=True)
+    row = {"blocks": blocks, "design": name, "backend": store if design.ssd else "dram",
+           "recovery_s": rec.get("total_s", rec.get("seconds")), "build_s": build_s,
+           "snapshot_bytes": snap.get("bytes", snap.get("bytes_written"))}
+    row.update({k: rec.get(k) for k in RECOVERY_STAGES})
+    return row
+
+
+def _redis_row(blocks: int, copies: int, base: list[np.ndarray], work: Path) -> dict[str, Any]:
+    keys = np.unique(np.concatenate([s for s in replicated(base, copies)]))
+    t0 = time.perf_counter()
+    got = redis_recovery(keys, block_metadata(keys).view(np.uint8).reshape(len(keys), -1),
+                         work / f"redis-{blocks}")
+    shutil.rmtree(work / f"redis-{blocks}", ignore_errors=True)
+    return {"blocks": blocks, "design": "redis", "backend": "redis",
+            "recovery_s": got["recovery_s"], "build_s": time.perf_counter() - t0,
+            "snapshot_bytes": got["snapshot_bytes"], "load_s": got["load_s"],
+            "save_s": got["save_s"]}
+
+
+def recovery(p: Prepared, sizes: list[int], designs: list[str], backend: str, work: Path,
+             durability: str, progress: Progress) -> dict[str, Any]:
+    """The recovery section: one row per (size, design), the disk bandwidth per size."""
+    base = maximal_sequences(p)
+    rows: list[dict[str, Any]] = []
+    disk: list[dict[str, Any]] = []
+    notes = [*NOTES, f"grown from {p.name} ({p.unique_blocks} unique blocks per copy); "
+             f"SARP on backend {backend}"]
+    for blocks in sizes:
+        copies = copies_for(p, blocks)
+        actual = copies * p.unique_blocks
+        progress.note(f"recovery: {actual} blocks ({copies} copies of {p.name})")
+        for name in designs:
+            if name == "redis":
+                if find_server() is None:
+                    notes.append(f"Redis at {actual} blocks: n/a, {NOT_FOUND}")
+                    continue
+                rows.append(_redis_row(actual, copies, base, work))
+            else:
+                rows.append(_index_row(name, backend, actual, copies, base, work, durability,
+                                       progress))
+        sizes_here = {r["design"]: r["snapshot_bytes"] or 0 for r in rows
+                      if r["blocks"] == actual}
+        try:
+            bw = sequential_read(work, sizes_here.get("sarp", max(sizes_here.values(), default=0)))
+        except OSError as exc:
+            notes.append(f"physical reference at {actual} blocks: n/a, O_DIRECT read failed "
+                         f"({exc})")
+            continue
+        disk.append({"blocks": actual, **bw})
+        for r in rows:
+            if r["blocks"] == actual and r["snapshot_bytes"]:
+                r["physical_s"] = r["snapshot_bytes"] / (bw["mb_per_s"] * 1e6)
+    return {"workload": p.name, "backend": backend, "rows": rows, "disk": disk, "notes": notes}

@@ -1,0 +1,148 @@
+"""Replaying a workload against one index (paper 6.1): match each context, insert context + output.
+
+Block IDs and metadata are computed once per request (``prepare``), untimed and identical for
+every design; each match and each insert is timed with ``time.perf_counter_ns``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import sarp
+from sarp.bench.workloads import Workload, iter_requests
+from sarp.config import DEFAULT_METADATA_DTYPE
+
+BLOCK_TOKENS = 16
+#: bytes of one SSD-BlockHash entry: 8-byte key + the metadata record
+ENTRY_BYTES = 8 + DEFAULT_METADATA_DTYPE.itemsize
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A workload as the index sees it: per request, block IDs and metadata."""
+
+    name: str
+    sessions: np.ndarray  # session of each request, in replay order
+    contexts: list[np.ndarray]  # block IDs of each context
+    fulls: list[np.ndarray]  # block IDs of context + output
+    metadata: list[np.ndarray]  # one record per block of ``fulls``
+    context_tokens: np.ndarray  # tokens of each context (partial blocks included)
+    unique_blocks: int
+
+
+@dataclass
+class Trace:
+    """What one replay measured, per request and summed."""
+
+    match_ns: np.ndarray
+    insert_ns: np.ndarray
+    matched_tokens: np.ndarray
+    wall_s: float
+    stats: dict[str, int] = field(default_factory=dict)  # match counters, summed
+
+    @property
+    def completed(self) -> int:
+        return len(self.match_ns)
+
+
+def block_metadata(ids: np.ndarray) -> np.ndarray:
+    """A deterministic record per block, derived from its ID (node, tier, address)."""
+    meta = np.zeros(len(ids), DEFAULT_METADATA_DTYPE)
+    meta["node"] = (ids % np.uint64(8)).astype(np.uint32)
+    meta["tier"] = 1
+    meta["address"] = ids
+    return meta
+
+
+def prepare(name: str, workload: Workload) -> Prepared:
+    """Block IDs and metadata of every request of ``workload``, in round-robin order."""
+    sessions, contexts, fulls, tokens = [], [], [], []
+    for r in iter_requests(workload):
+        if r.unit == "blocks":
+            ctx, full, ntok = r.context, r.full, len(r.context) * BLOCK_TOKENS
+        else:
+            ctx, full, ntok = sarp.block_ids(r.context), sarp.block_ids(r.full), len(r.context)
+        sessions.append(r.session)
+        contexts.append(ctx)
+        fulls.append(full)
+        tokens.append(ntok)
+    unique = len(np.unique(np.concatenate(fulls))) if fulls else 0
+    return Prepared(name, np.array(sessions, np.int64), contexts, fulls,
+                    [block_metadata(f) for f in fulls], np.array(tokens, np.int64), unique)
+
+
+def store_budget(p: Prepared, share: float = 0.10, floor: int = 1 << 20) -> int:
+    """The memory budget of SSD-backed designs: ``share`` of SSD-BlockHash's uncompressed
+    store size (unique blocks x entry bytes), at least ``floor`` (WiredTiger's minimum)."""
+    return max(floor, int(p.unique_blocks * ENTRY_BYTES * share))
+
+
+def replay(index: Any, p: Prepared, time_limit: float | None = None,
+           tick: Callable[[], None] | None = None) -> Trace:
+    """Match then insert every request in order; stop early after ``time_limit`` seconds."""
+    n = len(p.contexts)
+    match_ns = np.zeros(n, np.int64)
+    insert_ns = np.zeros(n, np.int64)
+    matched = np.zeros(n, np.int64)
+    stats: dict[str, int] = {}
+    clock = time.perf_counter_ns
+    deadline = None if time_limit is None else clock() + int(time_limit * 1e9)
+    done = 0
+    t0 = time.perf_counter()
+    for i in range(n):
+        if deadline is not None and clock() > deadline:
+            break
+        a = clock()
+        m = index.match(block_ids=p.contexts[i])
+        b = clock()
+        index.insert(block_ids=p.fulls[i], metadata=p.metadata[i])
+        c = clock()
+        match_ns[i], insert_ns[i], matched[i] = b - a, c - b, m.num_tokens
+        for k, v in m.stats.items():
+            stats[k] = stats.get(k, 0) + v
+        done = i + 1
+        if tick is not None:
+            tick()
+    _drain(index)
+    wall = time.perf_counter() - t0
+    return Trace(match_ns[:done], insert_ns[:done], matched[:done], wall, stats)
+
+
+def replay_threads(index: Any, p: Prepared, threads: int) -> tuple[int, float]:
+    """Replay with ``threads`` request threads, each owning a disjoint share of the sessions
+    (session s goes to thread s mod threads) in round-robin order. Returns (requests, seconds)."""
+    shares = [np.flatnonzero(p.sessions % threads == t) for t in range(threads)]
+    errors: list[BaseException] = []
+
+    def worker(share: np.ndarray) -> None:
+        try:
+            for i in share.tolist():
+                index.match(block_ids=p.contexts[i])
+                index.insert(block_ids=p.fulls[i], metadata=p.metadata[i])
+        except BaseException as exc:  # re-raised on the caller's thread below
+            errors.append(exc)
+
+    pool = [threading.Thread(target=worker, args=(s,)) for s in shares]
+    t0 = time.perf_counter()
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    _drain(index)
+    wall = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return len(p.contexts), wall
+
+
+def _drain(index: Any) -> None:
+    """Wait for SARP's deferred background work (refinement, rematerialization)."""
+    drain = getattr(index, "drain", None)
+    if drain is not None:
+        drain()

@@ -1,0 +1,211 @@
+"""``report.md`` of a results directory: markdown tables, ratios from rows of the same run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sarp.bench.designs import BREAKDOWN, DESIGNS
+from sarp.bench.metrics import RECOVERY_FIELDS
+from sarp.bench.plots import write_plots
+from sarp.bench.results import load_results
+
+REPORT_FILE = "report.md"
+RATIO_BASELINES = ("ssd-blockhash", "segment-radix-capped", "segment-hash")
+
+
+def fmt(value: Any) -> str:
+    """A cell: n/a for a missing value, 4 significant digits for a float."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() and abs(value) >= 1e4 else f"{value:.4g}"
+    return str(value)
+
+
+def table(headers: list[str], rows: list[list[Any]]) -> str:
+    """A markdown table."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _label(design: str) -> str:
+    return DESIGNS[design].label if design in DESIGNS else design
+
+
+def row_table(rows: list[dict[str, Any]], fields: list[str]) -> str:
+    """Rows of results as a table of ``fields`` after workload, design and backend."""
+    return table(["workload", "design", "backend", *fields],
+                 [[r["workload"], _label(r["design"]), r["backend"], *(r.get(f) for f in fields)]
+                  for r in rows])
+
+
+def _ratio(a: Any, b: Any) -> float | None:
+    return a / b if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else None
+
+
+def ratios(rows: list[dict[str, Any]], field: str, invert: bool) -> str:
+    """SARP against each baseline on the same workload and backend, from this run's rows:
+    SARP's ``field`` over the baseline's, or the baseline's over SARP's (``invert``)."""
+    index = {(r["workload"], r["design"], r["backend"]): r for r in rows}
+    out = []
+    for r in rows:
+        if r["design"] != "sarp":
+            continue
+        cells: list[Any] = [r["workload"], r["backend"]]
+        for base in RATIO_BASELINES:
+            b = index.get((r["workload"], base, r["backend"]), {}).get(field)
+            cells.append(_ratio(b, r[field]) if invert else _ratio(r[field], b))
+        out.append([*cells, r["hit_loss_vs_exact"]])
+    return table(["workload", "backend", *(f"vs {_label(b)}" for b in RATIO_BASELINES),
+                  "SARP hit loss vs exact"], out)
+
+
+def breakdown(rows: list[dict[str, Any]]) -> str:
+    """Each design-breakdown variant with full SARP's change against it (paper 6.5)."""
+    index = {(r["workload"], r["design"], r["backend"]): r for r in rows}
+    fields = ("candidates_before", "candidates_after", "candidates_retrieved", "routing_bytes",
+              "segment_retrievals_per_window")
+    out = []
+    for r in rows:
+        full = index.get((r["workload"], "sarp", r["backend"]))
+        if r["design"] not in BREAKDOWN or full is None:
+            continue
+        cells: list[Any] = [r["workload"], r["backend"], _label(r["design"])]
+        for f in fields:
+            ch = _ratio(full.get(f), r.get(f))
+            cells.append(f"{fmt(r.get(f))} -> {fmt(full.get(f))}"
+                         + ("" if ch is None else f" ({100 * (ch - 1):+.1f}%)"))
+        out.append(cells)
+    return table(["workload", "backend", "variant", *fields], out)
+
+
+def na_reasons(rows: list[dict[str, Any]]) -> str:
+    """Every n/a of the rows with its reason, grouped by reason."""
+    seen: dict[tuple[str, str], set[str]] = {}
+    for r in rows:
+        if r.get("error"):
+            continue  # listed under Failures
+        for name, reason in r.get("na", {}).items():
+            seen.setdefault((reason, name), set()).add(_label(r["design"]))
+    return "\n".join(f"- `{name}`: {reason} ({', '.join(sorted(ds))})"
+                     for (reason, name), ds in sorted(seen.items())) or "- none"
+
+
+def _header(meta: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    o = meta.get("options", {})
+    lines = ["# SARP benchmark report", ""]
+    if o:
+        truncated = [f"{r['workload']} {r['design']} {r['backend']}" for r in rows
+                     if r.get("truncated")]
+        lines += [
+            f"- started {meta.get('started')}, {fmt(meta.get('seconds'))} s, "
+            f"{'`--quick`' if o.get('quick') else 'full run'}; {o.get('repeat')} repetition(s) "
+            "per row, medians reported", f"- scale {o.get('scale')}, seed {o.get('seed')}, "
+            f"durability `{o.get('durability')}`, Python {meta.get('python')}, "
+            f"{meta.get('cpus')} CPUs", f"- time limit per replay: "
+            f"{fmt(o.get('time_limit'))} s; cut short: {', '.join(truncated) or 'none'}",
+            f"- backends: {', '.join(o.get('backends', []))}; skipped: "
+            + (", ".join(f"{k} ({v})" for k, v in meta.get("skipped_backends", {}).items())
+               or "none"),
+            "- method (paper 6.1): sessions round-robin; each request matches its context, then "
+            "inserts context + output; block IDs are computed once, untimed; throughput is "
+            "requests over the replay's wall time (SARP's background work drained at the end)",
+            "- SSD-backed designs: direct I/O and a memory budget of 10% of SSD-BlockHash's "
+            "uncompressed store size (unique blocks x 24 bytes), at least 1 MiB; DRAM-only "
+            "designs show backend `dram`",
+        ]
+        for name, w in meta.get("workloads", {}).items():
+            lines.append(f"- {name}: {w['requests']} requests, {w['unique_blocks']} unique "
+                         f"blocks, memory budget {w['memory_budget']} bytes")
+        caps: dict[str, set[int]] = {}
+        for key, cap in meta.get("radix_caps", {}).items():
+            caps.setdefault(key.rsplit(" ", 1)[0], set()).add(cap)
+        for workload, values in caps.items():
+            lines.append(f"- Segment-Radix (capped) cap on {workload}: "
+                         f"{', '.join(map(str, sorted(values)))} bytes")
+        lines += [f"- {n}" for n in meta.get("notes", [])]
+    return lines
+
+
+def render(results: dict[str, Any], out: Path) -> Path:
+    """Write ``report.md`` and the plots of ``results`` into ``out``."""
+    rows = results.get("rows", [])
+    written, skipped = write_plots(results, out)
+    parts = _header(results.get("meta", {}), rows)
+    if rows:
+        parts += ["", "## SARP over the baselines (same run, same workload and backend)", "",
+                  "Request throughput, SARP over the baseline (x):", "",
+                  ratios(rows, "throughput_rps", False), "",
+                  "Mean match latency, the baseline's over SARP's (x):", "",
+                  ratios(rows, "match_mean_us", True), "",
+                  "Mean insert latency, the baseline's over SARP's (x):", "",
+                  ratios(rows, "insert_mean_us", True), "", "## Throughput and latency", "",
+                  row_table(rows, ["requests", "throughput_rps", "match_mean_us", "match_p50_us",
+                                   "match_p99_us", "insert_mean_us", "insert_p50_us",
+                                   "insert_p99_us"]),
+                  "", "## Hit rate, store reads, candidates per routing entry (Table 4)", "",
+                  row_table(rows, ["token_hit_rate", "hit_loss_vs_exact",
+                                   "store_reads_per_match", "segment_retrievals_per_window",
+                                   "candidates_per", "candidates_before", "candidates_after",
+                                   "candidates_retrieved"]),
+                  "", "## In-DRAM state, snapshot, recovery and space", "",
+                  row_table(rows, ["routing_entries", "routing_bytes", "routing_bytes_per_block",
+                                   "dram_bytes", "snapshot_bytes", "recovery_s", "store_bytes",
+                                   "space_vs_ssd_blockhash"]),
+                  "", "## Recovery breakdown after reopen (s, bytes)", "",
+                  row_table([r for r in rows if r.get("recovery_s") is not None],
+                            ["recovery_s", *RECOVERY_FIELDS])]
+        bd = breakdown(rows)
+        if bd.count("\n") > 1:
+            parts += ["", "## Design breakdown (paper 6.5)", "",
+                      "Each cell: variant -> full SARP (SARP's change against the variant).",
+                      "", bd]
+    if results.get("sweep"):
+        parts += ["", "## Hit-rate loss against MaxRetrieval (SARP; 0 = unbounded)", "",
+                  table(["workload", "backend", "MaxRetrieval", "token_hit_rate",
+                         "hit_loss_vs_exact", "retrievals/match", "retrievals/window"],
+                        [[r["workload"], r["backend"], r["max_retrieval"], r["token_hit_rate"],
+                          r["hit_loss_vs_exact"], r["segment_retrievals_per_match"],
+                          r["segment_retrievals_per_window"]] for r in results["sweep"]])]
+    if results.get("threads"):
+        parts += ["", "## Throughput against request threads", "",
+                  table(["workload", "design", "backend", "threads", "throughput_rps",
+                         "speedup"],
+                        [[r["workload"], _label(r["design"]), r["backend"], r["threads"],
+                          r["throughput_rps"], r["speedup"]] for r in results["threads"]])]
+    parts += _recovery_section(results.get("recovery", {}))
+    failed = [r for r in rows if r.get("error")]
+    if failed:
+        parts += ["", "## Failures (every metric of these rows is n/a)", ""]
+        parts += [f"- {r['workload']} {_label(r['design'])} on {r['backend']}: {r['error']}"
+                  for r in failed]
+    parts += ["", "## Not available (n/a) and why", "", na_reasons(rows), "", "## Plots", ""]
+    parts += [f"![{p}]({p})" for p in written] + [f"- {p}: {why}" for p, why in skipped.items()]
+    path = out / REPORT_FILE
+    path.write_text("\n".join(parts) + "\n")
+    return path
+
+
+def _recovery_section(rec: dict[str, Any]) -> list[str]:
+    if not rec:
+        return []
+    lines = ["", "## Recovery anchor: restart until ready, at the same number of blocks", ""]
+    lines += [f"- {n}" for n in rec.get("notes", [])]
+    fields = ["recovery_s", "store_open_s", "snapshot_load_s", "deserialize_s", "rebuild_s",
+              "journal_replay_s", "bytes_read", "snapshot_bytes", "physical_s", "build_s"]
+    lines += ["", table(["blocks", "design", "backend", *fields],
+                        [[r["blocks"], _label(r["design"]), r.get("backend"),
+                          *(r.get(f) for f in fields)] for r in rec.get("rows", [])])]
+    if rec.get("disk"):
+        lines += ["", table(["blocks", "file bytes", "sequential O_DIRECT read MB/s"],
+                            [[d["blocks"], d["bytes"], d["mb_per_s"]] for d in rec["disk"]])]
+    return lines
+
+
+def rerender(out: Path) -> Path:
+    """Render the report of an existing results directory again."""
+    return render(load_results(out), out)

@@ -1,0 +1,40 @@
+"""The results directory: ``results.json`` (rows plus the sweep, threads and recovery sections),
+``report.md`` and the plots."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RESULTS_FILE = "results.json"
+
+
+def default_dir(root: Path = Path("results")) -> Path:
+    """``results/<timestamp>``: where a run writes when no --out is given."""
+    return root / time.strftime("%Y%m%d-%H%M%S")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"cannot write {type(value).__name__} to {RESULTS_FILE}")
+
+
+def write_results(out: Path, results: dict[str, Any]) -> Path:
+    """Write ``results.json`` in ``out``; returns its path."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / RESULTS_FILE
+    path.write_text(json.dumps(results, indent=1, default=_plain) + "\n")
+    return path
+
+
+def load_results(out: Path) -> dict[str, Any]:
+    """The results of the directory ``out``."""
+    path = out / RESULTS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"no {RESULTS_FILE} in {str(out)!r}")
+    return json.loads(path.read_text())

@@ -1,0 +1,286 @@
+"""``flashlog``: a BloomStore-style log of pages on flash (after Lu, Nam and Du, MSST 2012).
+
+Keys are split by hash into independent instances. Each instance buffers records in RAM until a
+page fills, then appends the page with a Bloom filter of its keys; DRAM holds only the filter
+chains and 16-bit block fences, no per-key index. Every write goes to a WAL first (synced per
+durability mode). A compactor rewrites the live records into a new log when garbage exceeds
+them. Formats: docs/flashlog_format.txt; guarantees: docs/durability_flashlog_odirect.md.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from sarp._core.hashing import xxh64
+from sarp.errors import ConfigMismatchError, CorruptionError
+from storage_backends import bloom
+from storage_backends.base import RecordStore, claim_directory
+from storage_backends.flashlog_log import BATCH_END, MAX_PAGE_KEYS, PUT, REC, TOMBSTONE, PageLog
+from storage_backends.flashlog_wal import Wal, WalHeader, read_wal, wal_path
+from storage_backends.io import FileIO, block_size
+from storage_backends.superblock import read_superblock, write_superblock
+
+MANIFEST_MAGIC = b"SARPFLM1"
+# instances, block size, log number, its synced blocks, WAL number and blocks at a clean close
+_MANIFEST = struct.Struct("<IIQQQQ")
+DEFAULT_INSTANCES = 64
+COMPACT_FLOOR = 4 << 20  # no compaction below this many record bytes in the log
+_END = REC.pack(BATCH_END, 0, 0)
+
+
+class FlashLogStore(RecordStore):
+    """Bloom-filtered page log with a WAL; see the module docstring."""
+
+    kind = "flashlog"
+
+    def __init__(self, path: str | Path, memory_budget: int = 64 << 20, durability: str = "sync",
+                 direct_io: bool = True, *, instances: int | None = None,
+                 io: FileIO | None = None):
+        super().__init__(path, memory_budget, durability, direct_io)
+        if instances is not None and not (0 < instances <= 1 << 16):
+            raise ValueError(f"instances must be in [1, 65536], got {instances}")
+        claim_directory(self.path, self.kind)
+        self._io = io or FileIO()
+        self._lock = threading.RLock()
+        self.compactions = 0
+        manifest = self._open_manifest(instances)
+        self._ninst, self._block, log_no, log_synced, closed_wal, closed_blocks = manifest
+        self._page_target = min(64, max(4, memory_budget // 4 // self._ninst // self._block)) \
+            * (self._block - 8)
+        self._wal_limit = max(4 << 20, 2 * self._ninst * self._page_target)
+        self._buffers: list[dict[int, tuple[int, bytes]]] = [{} for _ in range(self._ninst)]
+        self._buffered = [0] * self._ninst
+        wals = sorted(int(p.suffix[1:]) for p in self.path.glob("wal.*") if p.suffix[1:].isdigit())
+        header, batches, blocks = read_wal(self._io, wal_path(self.path, wals[-1]), self._block)
+        if header.number == closed_wal and blocks < closed_blocks:
+            raise CorruptionError(f"wal.{closed_wal}: block {blocks} fails its checks")
+        synced = header.synced_blocks if header.log_number == log_no else log_synced
+        self._log = self._new_log(log_no)
+        self._log.recover(synced)
+        self._garbage = header.garbage
+        self._wal: Wal | None = None
+        for batch in batches:
+            for t, k, v in batch:
+                self._apply_delete(k) if t == TOMBSTONE else self._apply(k, v)
+        self._rotate_wal(header.number + 1)
+        for n in wals:
+            self._io.unlink(wal_path(self.path, n))
+        for p in self.path.glob("log.*"):
+            if p != self._log.path:
+                self._io.unlink(p)
+
+    # -- files ---------------------------------------------------------------------------------
+    def _open_manifest(self, instances: int | None) -> tuple[int, ...]:
+        mpath = self.path / "MANIFEST"
+        if mpath.exists():
+            found = _MANIFEST.unpack(read_superblock(self._io, mpath, MANIFEST_MAGIC))
+            if instances is not None and instances != found[0]:
+                raise ConfigMismatchError(f"instances={instances}, but the store at "
+                                          f"{str(self.path)!r} has {found[0]}")
+            return found
+        manifest = (instances or DEFAULT_INSTANCES, block_size(self.path), 1, 0, 0, 0)
+        self._ninst, self._block = manifest[:2]
+        self._new_log(1).close()
+        Wal(self._io, self.path, WalHeader(1, 1, 0, 0), manifest[1], self.direct_io, b"").close()
+        write_superblock(self._io, mpath, MANIFEST_MAGIC, _MANIFEST.pack(*manifest))
+        return manifest
+
+    def _write_manifest(self, log: PageLog, wal_number: int, wal_blocks: int) -> None:
+        write_superblock(self._io, self.path / "MANIFEST", MANIFEST_MAGIC, _MANIFEST.pack(
+            self._ninst, self._block, log.number, log.end, wal_number, wal_blocks))
+
+    def _new_log(self, number: int) -> PageLog:
+        return PageLog(self._io, self.path / f"log.{number}", number, self._block,
+                       self.direct_io, self._ninst)
+
+    def _rotate_wal(self, number: int) -> None:
+        """Start WAL ``number`` holding just the buffered records, after syncing the log."""
+        self._log.file.fdatasync()
+        stream = bytearray()
+        for buf in self._buffers:
+            for k, (t, v) in buf.items():
+                stream += REC.pack(t, k, len(v)) + v
+        stream += _END
+        old = self._wal
+        self._wal = Wal(self._io, self.path, WalHeader(number, self._log.number, self._log.end,
+                                                       self._garbage),
+                        self._block, self.direct_io, bytes(stream))
+        if old is not None:
+            old.close()
+            self._io.unlink(old.path)
+
+    # -- the write path --------------------------------------------------------------------------
+    def _route(self, key: int) -> tuple[bytes, int, int]:
+        kb = key.to_bytes(8, "little")
+        h = xxh64(kb)
+        return kb, h, h % self._ninst
+
+    def _apply(self, key: int, value: bytes, tombstone: bool = False,
+               old_size: int = 0) -> None:
+        """Put ``value`` (or a tombstone) into its instance's buffer, flushing a full page.
+
+        Garbage accounting: a record shadowing one in the log adds the shadowed size, known
+        exactly for deletes (``old_size``) and estimated by the new size for puts.
+        """
+        kb, h, inst = self._route(key)
+        buf = self._buffers[inst]
+        size = REC.size + len(value)
+        prev = buf.pop(key, None)
+        if prev is not None:
+            self._buffered[inst] -= REC.size + len(prev[1])
+            self._garbage += size if tombstone else 0
+        elif tombstone:
+            self._garbage += old_size + size
+        elif self._log.may_contain(inst, bloom.probes(kb)):
+            self._garbage += size
+        rec = (TOMBSTONE if tombstone else PUT, value)
+        if size > self._log.payload:
+            self._log.append(inst, [(h, key, *rec)])
+            return
+        buf[key] = rec
+        self._buffered[inst] += size
+        if self._buffered[inst] >= self._page_target or len(buf) >= MAX_PAGE_KEYS:
+            self._flush_instance(inst)
+
+    def _apply_delete(self, key: int) -> bool:
+        """Tombstone ``key`` if it holds a value; returns whether it did."""
+        found = self._find(key)
+        if found is None or found[0] != PUT:
+            return False
+        self._apply(key, b"", tombstone=True, old_size=REC.size + len(found[1]))
+        return True
+
+    def _flush_instance(self, inst: int) -> None:
+        buf = self._buffers[inst]
+        self._log.append(inst, [(self._route(k)[1], k, t, v) for k, (t, v) in buf.items()])
+        buf.clear()
+        self._buffered[inst] = 0
+
+    def _commit(self) -> None:
+        """End a logical write: make it durable per mode, then rotate or compact if due."""
+        assert self._wal is not None
+        self._wal.append(_END)
+        if self.durability == "sync":
+            if self._wal.commit(sync=True):
+                self._count(syncs=1)
+        else:
+            self._wal.spill()
+        if 2 * self._garbage > self._log.record_bytes > COMPACT_FLOOR:
+            self._compact()
+        elif self._wal.size() > self._wal_limit:
+            self._rotate_wal(self._wal.header.number + 1)
+
+    # -- compaction ------------------------------------------------------------------------------
+    def _compact(self) -> None:
+        """Copy the live records into a new log, publish it in MANIFEST, drop the old log.
+
+        Crash-safe: the new log is synced before MANIFEST names it, and the old one is removed
+        only after. Buffered records stay in the WAL, which is rotated to the new log.
+        """
+        old = self._log
+        new = self._new_log(old.number + 1)
+        for inst in range(self._ninst):
+            live = [(k, v) for k, (t, v) in old.newest(inst).items()
+                    if t == PUT and k not in self._buffers[inst]]
+            page: list[tuple[int, int, int, bytes]] = []
+            size = 0
+            for k, v in live:
+                h = self._route(k)[1]
+                if REC.size + len(v) > new.payload:
+                    new.append(inst, [(h, k, PUT, v)])
+                    continue
+                page.append((h, k, PUT, v))
+                size += REC.size + len(v)
+                if size >= self._page_target or len(page) >= MAX_PAGE_KEYS:
+                    new.append(inst, page)
+                    page, size = [], 0
+            if page:
+                new.append(inst, page)
+        new.file.fdatasync()
+        self._write_manifest(new, 0, 0)
+        self._log = new
+        self._garbage = 0
+        assert self._wal is not None
+        self._rotate_wal(self._wal.header.number + 1)
+        old.close()
+        self._io.unlink(old.path)
+        self.compactions += 1
+
+    # -- the record-store primitives ---------------------------------------------------------------
+    def _put_many(self, pairs: list[tuple[int, bytes]]) -> None:
+        with self._lock:
+            assert self._wal is not None
+            for k, v in pairs:
+                self._wal.append(REC.pack(PUT, k, len(v)) + v)
+                self._apply(k, v)
+            self._commit()
+
+    def _find(self, key: int) -> tuple[int, bytes] | None:
+        kb, h, inst = self._route(key)
+        found = self._buffers[inst].get(key)
+        if found is not None:
+            return found
+        return self._log.find(inst, h, bloom.probes(kb), key)
+
+    def _get_many(self, keys: list[int]) -> list[bytes | None]:
+        out: list[bytes | None] = []
+        with self._lock:
+            for key in keys:
+                found = self._find(key)
+                out.append(found[1] if found is not None and found[0] == PUT else None)
+        return out
+
+    def _delete(self, key: int) -> None:
+        with self._lock:
+            assert self._wal is not None
+            if self._apply_delete(key):
+                self._wal.append(REC.pack(TOMBSTONE, key, 0))
+                self._commit()
+
+    def _scan(self) -> Iterator[tuple[int, bytes]]:
+        with self._lock:
+            records = []
+            for inst in range(self._ninst):
+                newest = self._log.newest(inst)
+                newest.update(self._buffers[inst])
+                records += [(k, v) for k, (t, v) in newest.items() if t == PUT]
+        records.sort()
+        return iter(records)
+
+    def _flush(self) -> None:
+        with self._lock:
+            assert self._wal is not None
+            if self._wal.commit(sync=self.durability == "group"):
+                self._count(syncs=1)
+
+    def _close(self) -> None:
+        with self._lock:
+            assert self._wal is not None
+            self._rotate_wal(self._wal.header.number + 1)  # reopening replays just the buffers
+            self._write_manifest(self._log, self._wal.header.number, self._wal.next)
+            self._wal.close()
+            self._log.close()
+
+    def _engine_stats(self) -> dict[str, Any]:
+        with self._lock:
+            log = self._log
+            dram = log.dram_bytes()
+            return {
+                "instances": self._ninst,
+                "page_target_bytes": self._page_target,
+                "pages": sum(c.n for c in log.chains),
+                "log_bytes": log.end * self._block,
+                "log_records": log.records,
+                "log_record_bytes": log.record_bytes,
+                "garbage_bytes_estimate": self._garbage,
+                "buffered_records": sum(len(b) for b in self._buffers),
+                "compactions": self.compactions,
+                "dram_bytes": dram,
+                "dram_bytes_per_key": dram / log.records if log.records else 0.0,
+                "direct_io_effective": log.file.direct,
+                "io": self._io.stats(),
+            }

@@ -1,0 +1,163 @@
+"""The write-ahead log of flashlog: every put and delete, in order, until its page is synced.
+
+A WAL file is a header block and checksummed blocks carrying a byte stream of records
+(``flashlog_log.REC``); each ``put_many`` or delete ends with a BATCH_END record, and recovery
+applies whole batches only. A commit writes the pending stream as new blocks and never rewrites
+a block, so a torn commit cannot damage what an earlier commit made durable.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+from sarp.errors import CorruptionError
+from storage_backends.blockframe import SEAL, intact, seal
+from storage_backends.flashlog_log import BATCH_END, REC
+from storage_backends.io import FileIO, aligned_buffer
+
+WAL_MAGIC = 0x4C574C46  # b"FLWL" little-endian
+WAL_VERSION = 1
+# magic, version, WAL number, log number, synced log blocks, garbage estimate
+_HEAD = struct.Struct("<IB3xQQQQ")
+_USED = struct.Struct("<H")
+SPILL = 64 << 10  # pending bytes written out (without sync) in group and none modes
+
+
+class WalHeader:
+    """What a WAL file says about the log at the moment the WAL was started."""
+
+    def __init__(self, number: int, log_number: int, synced_blocks: int, garbage: int):
+        self.number = number
+        self.log_number = log_number
+        self.synced_blocks = synced_blocks
+        self.garbage = garbage
+
+
+def wal_path(directory: Path, number: int) -> Path:
+    return directory / f"wal.{number}"
+
+
+def _seed(number: int, blk: int) -> int:
+    """Checksum seed of block ``blk`` of WAL ``number`` (apart from every log block's)."""
+    return (1 << 63) | (number << 40) | blk
+
+
+class Wal:
+    """An open WAL being appended to. Not thread-safe: the store locks."""
+
+    def __init__(self, io: FileIO, directory: Path, header: WalHeader, block: int,
+                 direct: bool, initial: bytes):
+        """Create WAL ``header.number`` holding ``initial`` (a stream of whole batches), synced
+        and renamed into place, so that it replaces the previous WAL atomically."""
+        self.io = io
+        self.header = header
+        self.block = block
+        self.cap = block - SEAL - _USED.size
+        self.path = wal_path(directory, header.number)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        self.file = io.open(tmp, direct=direct)
+        self.file.truncate(0)
+        head = aligned_buffer(block)
+        head[:_HEAD.size] = _HEAD.pack(WAL_MAGIC, WAL_VERSION, header.number, header.log_number,
+                                       header.synced_blocks, header.garbage)
+        seal(head, 0, block, _seed(self.header.number, 0))
+        self.file.pwrite(head, 0)
+        self.next = 1
+        self.pending = bytearray(initial)
+        self._write(whole_only=False)
+        self.file.fdatasync()
+        io.rename(tmp, self.path)
+        io.fsync_dir(directory)
+        self.dirty = False
+
+    def append(self, record: bytes) -> None:
+        self.pending += record
+
+    def size(self) -> int:
+        return self.next * self.block + len(self.pending)
+
+    def _write(self, whole_only: bool) -> None:
+        """Write the pending stream as new blocks (only full ones if ``whole_only``)."""
+        n = len(self.pending) // self.cap if whole_only else -(-len(self.pending) // self.cap)
+        if n == 0:
+            return
+        buf = aligned_buffer(n * self.block)
+        for i in range(n):
+            part = self.pending[i * self.cap:(i + 1) * self.cap]
+            off = i * self.block
+            _USED.pack_into(buf, off, len(part))
+            buf[off + _USED.size:off + _USED.size + len(part)] = part
+            seal(buf, off, self.block, _seed(self.header.number, self.next + i))
+        self.file.pwrite(buf, self.next * self.block)
+        self.next += n
+        del self.pending[:n * self.cap]
+        self.dirty = True
+
+    def spill(self) -> None:
+        """Hand large pending streams to the file (no sync), bounding the memory they use."""
+        if len(self.pending) >= SPILL:
+            self._write(whole_only=True)
+
+    def commit(self, sync: bool) -> bool:
+        """Write everything pending; fdatasync if ``sync``. Returns whether it synced."""
+        self._write(whole_only=False)
+        if sync and self.dirty:
+            self.file.fdatasync()
+            self.dirty = False
+            return True
+        return False
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def read_wal(io: FileIO, path: Path,
+             block: int) -> tuple[WalHeader, list[list[tuple]], int]:
+    """The header, the complete batches and the count of valid blocks of the WAL at ``path``.
+
+    The stream ends at the first block that fails its checksum; a valid block after that one
+    means a damaged block inside the durable part, which raises CorruptionError.
+    """
+    f = io.open(path, direct=False, create=False)
+    try:
+        data = bytearray(f.size())
+        f.pread(data, 0)
+    finally:
+        f.close()
+    (magic, version, number, log_number, synced, garbage) = _HEAD.unpack_from(data) \
+        if len(data) >= block else (0, 0, 0, 0, 0, 0)
+    if magic != WAL_MAGIC or version != WAL_VERSION or not intact(
+            data, 0, block, _seed(number, 0)):
+        raise CorruptionError(f"{path.name}: bad WAL header")
+    header = WalHeader(number, log_number, synced, garbage)
+    nblocks = len(data) // block
+    stream = bytearray()
+    blk = 1
+    while blk < nblocks and intact(data, blk * block, block, _seed(number, blk)):
+        off = blk * block
+        (used,) = _USED.unpack_from(data, off)
+        stream += data[off + _USED.size:off + _USED.size + used]
+        blk += 1
+    for later in range(blk + 1, nblocks):
+        if intact(data, later * block, block, _seed(number, later)):
+            raise CorruptionError(f"{path.name}: block {blk} is damaged inside the log")
+    return header, _batches(stream), blk
+
+
+def _batches(stream: bytearray) -> list[list[tuple]]:
+    """Split a record stream into complete batches of (type, key, value)."""
+    batches: list[list[tuple]] = []
+    batch: list[tuple] = []
+    pos = 0
+    while pos + REC.size <= len(stream):
+        t, k, n = REC.unpack_from(stream, pos)
+        if pos + REC.size + n > len(stream):
+            break
+        if t == BATCH_END:
+            batches.append(batch)
+            batch = []
+        else:
+            batch.append((t, k, bytes(stream[pos + REC.size:pos + REC.size + n])))
+        pos += REC.size + n
+    return batches

@@ -1,0 +1,271 @@
+"""The file I/O layer of the flashlog and odirect engines (in the spirit of LevelDB's Env).
+
+Every byte those engines read or write goes through a ``FileIO``: it opens files with O_DIRECT
+when asked and the file system allows it (falling back to buffered I/O with a warning, e.g. on
+tmpfs), reads and writes page-aligned buffers, syncs files and directories, and counts all of it.
+``PowerLossIO`` is the same layer with a simulated power cut, for crash and torn-write tests.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import random
+import threading
+import warnings
+from pathlib import Path
+from typing import Any
+
+MIN_BLOCK = 4096
+SECTOR = 512
+_O_DIRECT = getattr(os, "O_DIRECT", 0)
+
+
+def block_size(path: str | Path) -> int:
+    """The I/O unit for files under directory ``path``: max(4096, what the file system reports)."""
+    st = os.statvfs(path)
+    return max(MIN_BLOCK, st.f_bsize, os.stat(path).st_blksize)
+
+
+def aligned_buffer(size: int) -> mmap.mmap:
+    """A zeroed, page-aligned buffer of ``size`` bytes (anonymous mmap), usable with O_DIRECT."""
+    return mmap.mmap(-1, max(size, 1))
+
+
+def round_up(n: int, unit: int) -> int:
+    """``n`` rounded up to a multiple of ``unit``."""
+    return -(-n // unit) * unit
+
+
+class File:
+    """One open file of a ``FileIO``; offsets and lengths must be block multiples with O_DIRECT."""
+
+    def __init__(self, io: FileIO, path: Path, fd: int, direct: bool):
+        self.io = io
+        self.path = path
+        self.fd = fd
+        self.direct = direct
+
+    def pread(self, buf: Any, offset: int) -> int:
+        """Fill ``buf`` from ``offset``; returns the bytes read (fewer at end of file)."""
+        return self.io._pread(self, buf, offset)
+
+    def pwrite(self, buf: Any, offset: int) -> None:
+        """Write all of ``buf`` at ``offset``."""
+        self.io._pwrite(self, buf, offset)
+
+    def fdatasync(self) -> None:
+        self.io._sync(self, data_only=True)
+
+    def fsync(self) -> None:
+        self.io._sync(self, data_only=False)
+
+    def truncate(self, size: int) -> None:
+        self.io._truncate(self, size)
+
+    def size(self) -> int:
+        return os.fstat(self.fd).st_size
+
+    def close(self) -> None:
+        self.io._close(self)
+
+
+class FileIO:
+    """Opens files and counts every read, write and sync made through them. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counters = dict.fromkeys(
+            ("reads", "writes", "bytes_read", "bytes_written", "fsyncs", "fdatasyncs",
+             "dir_fsyncs"), 0)
+        self.direct_fallbacks = 0
+
+    def _add(self, **deltas: int) -> None:
+        with self._lock:
+            for name, d in deltas.items():
+                self.counters[name] += d
+
+    # -- opening -------------------------------------------------------------------------
+    def open(self, path: str | Path, direct: bool, create: bool = True) -> File:
+        """Open ``path`` read-write (created if asked), with O_DIRECT if ``direct`` and possible."""
+        p = Path(path)
+        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        if direct and _O_DIRECT:
+            try:
+                return File(self, p, os.open(p, flags | _O_DIRECT, 0o644), True)
+            except OSError as e:
+                if e.errno != errno.EINVAL:
+                    raise
+                self._warn_fallback(p)
+        return File(self, p, os.open(p, flags, 0o644), False)
+
+    def _warn_fallback(self, path: Path) -> None:
+        self.direct_fallbacks += 1
+        warnings.warn(f"O_DIRECT refused for {str(path)!r}; using buffered I/O",
+                      RuntimeWarning, stacklevel=4)
+
+    def _buffered(self, f: File) -> None:
+        """Switch ``f`` to buffered I/O after the file system rejected an O_DIRECT transfer."""
+        self._warn_fallback(f.path)
+        fd = os.open(f.path, os.O_RDWR)
+        os.close(f.fd)
+        f.fd, f.direct = fd, False
+
+    # -- data ----------------------------------------------------------------------------
+    def _pread(self, f: File, buf: Any, offset: int) -> int:
+        try:
+            n = os.preadv(f.fd, [buf], offset)
+        except OSError as e:
+            if not (f.direct and e.errno == errno.EINVAL):
+                raise
+            self._buffered(f)
+            n = os.preadv(f.fd, [buf], offset)
+        self._add(reads=1, bytes_read=n)
+        return n
+
+    def _pwrite(self, f: File, buf: Any, offset: int) -> None:
+        view = memoryview(buf)
+        try:
+            n = os.pwritev(f.fd, [view], offset)
+        except OSError as e:
+            if not (f.direct and e.errno == errno.EINVAL):
+                raise
+            self._buffered(f)
+            n = os.pwritev(f.fd, [view], offset)
+        while n < len(view):  # short writes: only on full disks and signals
+            n += os.pwritev(f.fd, [view[n:]], offset + n)
+        self._add(writes=1, bytes_written=len(view))
+
+    def _sync(self, f: File, data_only: bool) -> None:
+        if data_only:
+            os.fdatasync(f.fd)
+            self._add(fdatasyncs=1)
+        else:
+            os.fsync(f.fd)
+            self._add(fsyncs=1)
+
+    def _truncate(self, f: File, size: int) -> None:
+        os.ftruncate(f.fd, size)
+        self._add(writes=1)
+
+    def _close(self, f: File) -> None:
+        if f.fd >= 0:
+            os.close(f.fd)
+            f.fd = -1
+
+    # -- directories -----------------------------------------------------------------------
+    def fsync_dir(self, path: str | Path) -> None:
+        """fsync the directory ``path`` so that creates, renames and unlinks in it are durable."""
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._add(dir_fsyncs=1)
+
+    def rename(self, src: str | Path, dst: str | Path) -> None:
+        """Atomically replace ``dst`` by ``src`` (durable after ``fsync_dir``)."""
+        os.replace(src, dst)
+
+    def unlink(self, path: str | Path) -> None:
+        Path(path).unlink(missing_ok=True)
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.counters)
+
+    @property
+    def syncs(self) -> int:
+        """File and directory syncs so far."""
+        c = self.counters
+        return c["fsyncs"] + c["fdatasyncs"] + c["dir_fsyncs"]
+
+
+class PowerLossIO(FileIO):
+    """A ``FileIO`` that can simulate a power cut: ``crash()`` undoes unsynced writes.
+
+    Writes reach the real file at once (so reads see them) and are remembered, with the bytes
+    they replaced, until the file is synced. ``crash("drop")`` undoes every unsynced write;
+    ``crash("tear")`` keeps all but the newest unsynced write and keeps only a prefix of that
+    one, cut at a random 512-byte boundary short of its end. Every file is then closed and
+    further I/O raises ``OSError``.
+    Renames and directory entries are taken as durable (they are made so by ``fsync_dir``).
+    """
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__()
+        self._rng = random.Random(seed)
+        self._files: list[File] = []
+        # unsynced writes, oldest first: (path, offset, new bytes, old bytes, old size)
+        self._pending: list[tuple[Path, int, bytes, bytes, int]] = []
+        self.dead = False
+
+    def open(self, path: str | Path, direct: bool, create: bool = True) -> File:
+        self._check()
+        f = super().open(path, direct, create)
+        self._files.append(f)
+        return f
+
+    def _check(self) -> None:
+        if self.dead:
+            raise OSError(errno.EIO, "simulated power loss")
+
+    def _pread(self, f: File, buf: Any, offset: int) -> int:
+        self._check()
+        return super()._pread(f, buf, offset)
+
+    def _pwrite(self, f: File, buf: Any, offset: int) -> None:
+        self._check()
+        new = bytes(buf)
+        with open(f.path, "rb") as raw:
+            raw.seek(offset)
+            old = raw.read(len(new))
+        self._pending.append((f.path, offset, new, old, f.size()))
+        super()._pwrite(f, buf, offset)
+
+    def _truncate(self, f: File, size: int) -> None:
+        self._check()
+        old_size = f.size()
+        with open(f.path, "rb") as raw:
+            raw.seek(size)
+            old = raw.read()
+        self._pending.append((f.path, size, b"", old, old_size))
+        super()._truncate(f, size)
+
+    def rename(self, src: str | Path, dst: str | Path) -> None:
+        self._check()
+        super().rename(src, dst)
+        src, dst = Path(src), Path(dst)
+        for f in self._files:
+            if f.path == src:
+                f.path = dst
+        self._pending = [(dst if w[0] == src else w[0], *w[1:]) for w in self._pending]
+
+    def _sync(self, f: File, data_only: bool) -> None:
+        self._check()
+        super()._sync(f, data_only)
+        self._pending = [w for w in self._pending if w[0] != f.path]
+
+    def crash(self, mode: str = "drop") -> None:
+        """Cut the power: ``drop`` loses every unsynced write, ``tear`` tears the newest one."""
+        if mode not in ("drop", "tear"):
+            raise ValueError(f"mode must be 'drop' or 'tear', got {mode!r}")
+        undo = self._pending if mode == "drop" else self._pending[-1:]
+        for path, offset, new, old, old_size in reversed(undo):
+            with open(path, "r+b") as raw:
+                raw.seek(offset)
+                raw.write(old)
+                raw.truncate(old_size)
+                if mode == "tear" and new:
+                    cut = self._rng.randrange(max(1, len(new) // SECTOR)) * SECTOR
+                    raw.seek(offset)
+                    raw.write(new[:cut])
+        self._pending = []
+        for f in self._files:
+            f.close()
+        self.dead = True
+
+    def unsynced_writes(self) -> int:
+        """How many writes a crash would undo now."""
+        return len(self._pending)

@@ -1,0 +1,265 @@
+"""``odirect``: records in fixed-size, block-aligned slots of one file, read with O_DIRECT.
+
+Each slot holds two versions of its record; a rewrite goes to the copy that does not hold the
+newest valid version, so a torn write leaves the old record readable. Dense keys (segment ids)
+are slot numbers, so no key index is kept in memory; sparse keys map to slots through a table
+rebuilt from the slots' own headers at open, with the free slots. Format: docs/odirect_format.txt.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from sarp._core.hashing import xxh64
+from sarp.errors import ConfigMismatchError, CorruptionError
+from storage_backends.base import RecordStore, claim_directory
+from storage_backends.io import FileIO, aligned_buffer, block_size, round_up
+from storage_backends.superblock import read_superblock, write_superblock
+
+HEADER_MAGIC = b"SARPODH1"
+_HEADER = struct.Struct("<BIIIB")  # key_mode, block size, max_value_size, version bytes, clean
+KEY_MODES = ("dense", "sparse")
+DENSE_KEY_LIMIT = 1 << 40
+
+MAGIC = 0x5344524F  # b"ORDS" little-endian
+LIVE, DELETED = 1, 2
+_VERSION = struct.Struct("<IB3xQQI")  # magic, flags, key, seq, length; then value, u64 checksum
+VERSION_OVERHEAD = _VERSION.size + 8
+SCAN_SLOTS = 256  # slots per read when scanning the file
+
+EMPTY, VALID, BAD = 0, 1, 2
+
+
+class ODirectStore(RecordStore):
+    """A slot file with two crash-safe versions per slot; see the module docstring."""
+
+    kind = "odirect"
+
+    def __init__(self, path: str | Path, memory_budget: int = 64 << 20, durability: str = "sync",
+                 direct_io: bool = True, *, key_mode: str | None = None,
+                 max_value_size: int | None = None, io: FileIO | None = None):
+        super().__init__(path, memory_budget, durability, direct_io)
+        if key_mode is not None and key_mode not in KEY_MODES:
+            raise ValueError(f"key_mode must be one of {KEY_MODES}, got {key_mode!r}")
+        if max_value_size is not None and max_value_size < 0:
+            raise ValueError(f"max_value_size must be >= 0, got {max_value_size}")
+        claim_directory(self.path, self.kind)
+        self._io = io or FileIO()
+        self._lock = threading.RLock()
+        clean = self._open_header(key_mode, max_value_size)
+        self._slot_bytes = 2 * self._vbytes
+        self._data = self._io.open(self.path / "slots.dat", direct=self.direct_io)
+        self._buf = aligned_buffer(self._slot_bytes)
+        self._wbuf = aligned_buffer(self._vbytes)
+        self._nslots = -(-self._data.size() // self._slot_bytes)
+        self._slot_of: dict[int, int] = {}
+        self._free: list[int] = []
+        if self._sparse or not clean:
+            self._load_slots(repair=not clean)
+        self._write_header(clean=False)
+
+    # -- header ------------------------------------------------------------------------------
+    def _open_header(self, key_mode: str | None, max_value_size: int | None) -> bool:
+        """Read or create HEADER; returns whether the store was closed cleanly."""
+        hpath = self.path / "HEADER"
+        if not hpath.exists():
+            self._sparse = (key_mode or "sparse") == "sparse"
+            self._block = block_size(self.path)
+            mvs = self._block - VERSION_OVERHEAD if max_value_size is None else max_value_size
+            self._max_value = mvs
+            self._vbytes = round_up(mvs + VERSION_OVERHEAD, self._block)
+            return True
+        mode, blk, mvs, vbytes, clean = _HEADER.unpack(read_superblock(self._io, hpath,
+                                                                       HEADER_MAGIC))
+        stored_mode = KEY_MODES[mode]
+        if key_mode is not None and key_mode != stored_mode:
+            raise ConfigMismatchError(f"key_mode={key_mode!r}, but the store at "
+                                      f"{str(self.path)!r} was created with {stored_mode!r}")
+        if max_value_size is not None and max_value_size != mvs:
+            raise ConfigMismatchError(f"max_value_size={max_value_size}, but the store was "
+                                      f"created with {mvs}")
+        self._sparse, self._block, self._max_value, self._vbytes = mode == 1, blk, mvs, vbytes
+        return bool(clean)
+
+    def _write_header(self, clean: bool) -> None:
+        payload = _HEADER.pack(int(self._sparse), self._block, self._max_value, self._vbytes,
+                               int(clean))
+        write_superblock(self._io, self.path / "HEADER", HEADER_MAGIC, payload)
+
+    # -- versions ------------------------------------------------------------------------------
+    def _parse(self, buf: Any, off: int, slot: int) -> tuple[int, int, int, int, int]:
+        """(state, seq, flags, key, length) of the version at ``buf[off:]`` of ``slot``."""
+        magic, flags, key, seq, n = _VERSION.unpack_from(buf, off)
+        if magic == 0:
+            return EMPTY, 0, 0, 0, 0
+        end = off + _VERSION.size + n
+        if (magic != MAGIC or flags not in (LIVE, DELETED) or n > self._max_value
+                or struct.unpack_from("<Q", buf, end)[0] != xxh64(buf[off:end], slot)):
+            return BAD, 0, 0, 0, 0
+        return VALID, seq, flags, key, n
+
+    def _newest(self, buf: Any, base: int, slot: int) -> tuple[int, int, int, int, int, int]:
+        """(copy, seq, flags, key, length, bad copies) of the newest valid copy (-1: none)."""
+        a = self._parse(buf, base, slot)
+        b = self._parse(buf, base + self._vbytes, slot)
+        bad = (a[0] == BAD) + (b[0] == BAD)
+        if b[0] == VALID and (a[0] != VALID or b[1] > a[1]):
+            return (1, *b[1:], bad)
+        if a[0] == VALID:
+            return (0, *a[1:], bad)
+        return (-1, 0, 0, 0, 0, bad)
+
+    def _read_slot(self, slot: int) -> tuple[int, int, int, int, int, int]:
+        """Read both versions of ``slot`` into the read buffer and pick the newest valid one."""
+        n = self._data.pread(self._buf, slot * self._slot_bytes) if slot < self._nslots else 0
+        if n < self._slot_bytes:
+            self._buf[n:] = bytes(self._slot_bytes - n)
+        return self._newest(self._buf, 0, slot)
+
+    def _write_version(self, slot: int, copy: int, seq: int, flags: int, key: int,
+                       value: bytes) -> None:
+        w = self._wbuf
+        end = _VERSION.size + len(value)
+        _VERSION.pack_into(w, 0, MAGIC, flags, key, seq, len(value))
+        w[_VERSION.size:end] = value
+        struct.pack_into("<Q", w, end, xxh64(w[:end], slot))
+        w[end + 8:] = bytes(self._vbytes - end - 8)
+        self._data.pwrite(w, slot * self._slot_bytes + copy * self._vbytes)
+        self._nslots = max(self._nslots, slot + 1)
+
+    def _store_at(self, slot: int, flags: int, key: int, value: bytes) -> None:
+        """Write a new version into the copy of ``slot`` that does not hold the newest one."""
+        copy, seq = self._read_slot(slot)[:2]
+        self._write_version(slot, 1 - copy if copy >= 0 else 0, seq + 1, flags, key, value)
+
+    def _commit(self) -> None:
+        if self.durability == "sync":
+            self._sync()
+
+    def _sync(self) -> None:
+        self._data.fdatasync()
+        self._count(syncs=1)
+
+    # -- slots of keys -------------------------------------------------------------------------
+    def _slot(self, key: int) -> int | None:
+        if self._sparse:
+            return self._slot_of.get(key)
+        if key >= DENSE_KEY_LIMIT:
+            raise ValueError(f"key {key} is beyond the dense key space (< 2**40)")
+        return key
+
+    def _iter_slots(self) -> Iterator[tuple[int, memoryview, int]]:
+        """(slot, buffer, offset) for every slot of the file, read in large aligned chunks."""
+        chunk = aligned_buffer(SCAN_SLOTS * self._slot_bytes)
+        view = memoryview(chunk)
+        for first in range(0, self._nslots, SCAN_SLOTS):
+            n = self._data.pread(chunk, first * self._slot_bytes)
+            chunk[n:] = bytes(len(chunk) - n)
+            for i in range(min(SCAN_SLOTS, self._nslots - first)):
+                yield first + i, view, i * self._slot_bytes
+
+    def _load_slots(self, repair: bool) -> None:
+        """Rebuild the sparse slot table and free list; after a crash, clear torn first writes."""
+        torn: list[int] = []
+        for slot, buf, off in self._iter_slots():
+            copy, _, flags, key, _, bad = self._newest(buf, off, slot)
+            if bad and copy < 0:
+                if not repair:
+                    raise CorruptionError(f"slots.dat: slot {slot}: no version passes its checks")
+                torn.append(slot)
+            if self._sparse:
+                if copy >= 0 and flags == LIVE:
+                    self._slot_of[key] = slot
+                else:
+                    self._free.append(slot)
+        zero = aligned_buffer(self._slot_bytes)
+        for slot in torn:  # a first write cut by the crash: it was never acknowledged
+            self._data.pwrite(zero, slot * self._slot_bytes)
+        if torn:
+            self._data.fdatasync()
+        self._free.reverse()  # pop() hands out the lowest free slot first
+
+    # -- the record-store primitives -------------------------------------------------------------
+    def _put_many(self, pairs: list[tuple[int, bytes]]) -> None:
+        for _, v in pairs:
+            if len(v) > self._max_value:
+                raise ValueError(f"value of {len(v)} bytes exceeds max_value_size="
+                                 f"{self._max_value}")
+        with self._lock:
+            for key, value in pairs:
+                slot = self._slot(key)
+                if slot is None:
+                    slot = self._free.pop() if self._free else self._nslots
+                    self._slot_of[key] = slot
+                self._store_at(slot, LIVE, key, value)
+            self._commit()
+
+    def _get_many(self, keys: list[int]) -> list[bytes | None]:
+        out: list[bytes | None] = []
+        with self._lock:
+            for key in keys:
+                slot = self._slot(key)
+                out.append(None if slot is None else self._value(slot))
+        return out
+
+    def _value(self, slot: int) -> bytes | None:
+        copy, _, flags, _, n, bad = self._read_slot(slot)
+        if copy < 0:
+            if bad:
+                raise CorruptionError(f"slots.dat: slot {slot}: no version passes its checks")
+            return None
+        if flags != LIVE:
+            return None
+        start = copy * self._vbytes + _VERSION.size
+        return self._buf[start:start + n]
+
+    def _delete(self, key: int) -> None:
+        with self._lock:
+            slot = self._slot(key)
+            if slot is None or self._value(slot) is None:
+                return
+            self._store_at(slot, DELETED, key, b"")
+            if self._sparse:
+                del self._slot_of[key]
+                self._free.append(slot)
+            self._commit()
+
+    def _scan(self) -> Iterator[tuple[int, bytes]]:
+        with self._lock:
+            records = []
+            for slot, buf, off in self._iter_slots():
+                copy, _, flags, key, n, bad = self._newest(buf, off, slot)
+                if copy < 0 and bad:
+                    raise CorruptionError(f"slots.dat: slot {slot}: no version passes its checks")
+                if copy >= 0 and flags == LIVE:
+                    start = off + copy * self._vbytes + _VERSION.size
+                    records.append((key, bytes(buf[start:start + n])))
+        records.sort()
+        return iter(records)
+
+    def _flush(self) -> None:
+        if self.durability == "group":
+            with self._lock:
+                self._sync()
+
+    def _close(self) -> None:
+        with self._lock:
+            self._data.fdatasync()
+            self._write_header(clean=True)
+            self._data.close()
+
+    def _engine_stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "key_mode": KEY_MODES[int(self._sparse)],
+                "max_value_size": self._max_value,
+                "slot_bytes": self._slot_bytes,
+                "slots": self._nslots,
+                "free_slots": len(self._free),
+                "direct_io_effective": self._data.direct,
+                "io": self._io.stats(),
+            }

@@ -1,0 +1,199 @@
+"""The ``wiredtiger`` engine: one WiredTiger table (uint64 key, raw bytes value) with logging.
+
+Durability comes from WiredTiger's write-ahead log: ``sync`` commits every write batch with
+``sync=on``; ``group`` commits without syncing and ``flush()`` syncs the log; ``none`` never
+syncs before ``close()``. WiredTiger's checkpoint server checkpoints every ``checkpoint_seconds``
+or ``checkpoint_log_bytes`` of log, so recovery replays a bounded log; ``close()`` checkpoints.
+
+WiredTiger sessions and cursors are single-threaded, so each thread gets its own pair (created
+on first use, reclaimed once the thread has ended, all closed by ``close()``). ``close()`` must
+not run while other threads are still calling the store.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import wiredtiger
+from wiredtiger import stat
+
+from sarp.errors import StoreError
+from storage_backends.base import RecordStore, claim_directory
+
+TABLE = "table:records"
+MIN_CACHE = 1 << 20  # WiredTiger refuses a smaller cache_size
+SESSION_MAX = 1000
+RECORD_OVERHEAD = 128  # cache bytes an update costs beyond its key and value (estimate)
+ROLLBACK_RETRIES = 5
+# Small caches (the budget is ~10% of the data) stall under the default 20% dirty trigger:
+# application threads then evict page by page and roll transactions back. Let dirty data take
+# half the cache before application threads help, and keep each transaction to 2% of it.
+EVICTION = "eviction_dirty_trigger=50,eviction_updates_trigger=40"
+TXN_CACHE_FRACTION = 50
+# WiredTiger statistics reported by stats(), as wt_<name>.
+STATS = ("cache_bytes_inuse", "cache_bytes_max", "cache_pages_inuse", "cache_read",
+         "cache_write", "cache_bytes_read", "block_read", "block_write", "block_byte_read",
+         "block_byte_write", "log_sync", "checkpoints_total_succeed")
+
+
+class _Handle:
+    """One thread's session and cursor on the records table."""
+
+    def __init__(self, conn: Any, thread: threading.Thread):
+        self.thread = thread
+        self.session = conn.open_session()
+        self.cursor = self.session.open_cursor(TABLE)
+
+
+class WiredTigerStore(RecordStore):
+    """A ``RecordStore`` on a WiredTiger table (key_format=Q, value_format=u)."""
+
+    kind = "wiredtiger"
+
+    def __init__(self, path: str | Path, memory_budget: int = 64 << 20,
+                 durability: str = "sync", direct_io: bool = True,
+                 checkpoint_seconds: int = 60, checkpoint_log_bytes: int = 64 << 20):
+        super().__init__(path, memory_budget, durability, direct_io)
+        claim_directory(self.path, self.kind)
+        home = self.path / "wt"
+        home.mkdir(exist_ok=True)
+        self._cache_size = max(MIN_CACHE, memory_budget)
+        self._txn_bytes = max(16 << 10, self._cache_size // TXN_CACHE_FRACTION)
+        config = (f"create,cache_size={self._cache_size},session_max={SESSION_MAX},"
+                  f"log=(enabled=true,remove=true),statistics=(fast),{EVICTION},"
+                  f"checkpoint=(wait={checkpoint_seconds},log_size={checkpoint_log_bytes})")
+        if self.direct_io:
+            config += ",direct_io=[data,checkpoint]"
+        try:
+            self._conn = wiredtiger.wiredtiger_open(str(home), config)
+        except wiredtiger.WiredTigerError as e:
+            raise StoreError(f"cannot open WiredTiger at {str(home)!r} ({config}): {e}") from e
+        self._local = threading.local()
+        self._handles: list[_Handle] = []
+        self._handles_lock = threading.Lock()
+        setup = self._conn.open_session()
+        setup.create(TABLE, "key_format=Q,value_format=u")
+        setup.close()
+
+    def _handle(self) -> _Handle:
+        h = getattr(self._local, "handle", None)
+        if h is None:
+            with self._handles_lock:
+                for dead in [d for d in self._handles if not d.thread.is_alive()]:
+                    dead.session.close()
+                    self._handles.remove(dead)
+                h = _Handle(self._conn, threading.current_thread())
+                self._handles.append(h)
+            self._local.handle = h
+        return h
+
+    def _write(self, ops: list[tuple[int, bytes | None]]) -> None:
+        """Apply puts (and removes, value None) in transactions of about ``_txn_bytes``.
+
+        A batch larger than that is committed in several transactions, so it is atomic only
+        up to that size; under ``sync`` it is still durable as a whole when put_many returns.
+        """
+        h = self._handle()
+        chunks: list[list[tuple[int, bytes | None]]] = [[]]
+        size = 0
+        for op in ops:
+            if size >= self._txn_bytes:
+                chunks.append([])
+                size = 0
+            chunks[-1].append(op)
+            size += RECORD_OVERHEAD + len(op[1] or b"")
+        sync = self.durability == "sync"
+        for i, chunk in enumerate(chunks):
+            # Syncing the last commit syncs the log up to it, covering the earlier chunks too.
+            self._commit(h, chunk, "sync=on" if sync and i == len(chunks) - 1 else None)
+        if sync:
+            self._count(syncs=1)
+
+    @staticmethod
+    def _commit(h: _Handle, chunk: list[tuple[int, bytes | None]], config: str | None) -> None:
+        """One transaction; WiredTiger may roll it back under cache pressure, so retry."""
+        for attempt in range(ROLLBACK_RETRIES):
+            h.session.begin_transaction()
+            try:
+                for key, value in chunk:
+                    h.cursor.set_key(key)
+                    if value is None:
+                        h.cursor.remove()  # WT_NOTFOUND for a missing key is fine
+                    else:
+                        h.cursor.set_value(value)
+                        h.cursor.insert()
+            except wiredtiger.WiredTigerRollbackError:
+                h.session.rollback_transaction()
+                h.cursor.reset()
+                if attempt == ROLLBACK_RETRIES - 1:
+                    raise
+                time.sleep(0.001 * 2**attempt)
+                continue
+            except BaseException:
+                h.session.rollback_transaction()
+                raise
+            h.session.commit_transaction(config)
+            h.cursor.reset()  # release the cursor's page before the next transaction
+            return
+
+    def _put_many(self, pairs: list[tuple[int, bytes]]) -> None:
+        self._write(pairs)  # type: ignore[arg-type]
+
+    def _delete(self, key: int) -> None:
+        self._write([(key, None)])
+
+    def _get_many(self, keys: list[int]) -> list[bytes | None]:
+        c = self._handle().cursor
+        out: list[bytes | None] = []
+        for key in keys:
+            c.set_key(key)
+            out.append(c.get_value() if c.search() == 0 else None)
+        c.reset()
+        return out
+
+    def _scan(self) -> Iterator[tuple[int, bytes]]:
+        return self._scan_chunks(self._read_chunk)
+
+    def _read_chunk(self, first: int, limit: int) -> list[tuple[int, bytes]]:
+        c = self._handle().cursor
+        rows: list[tuple[int, bytes]] = []
+        c.set_key(first)
+        found = c.search_near()
+        if found == wiredtiger.WT_NOTFOUND:
+            return rows
+        if found < 0 and c.next() != 0:  # landed before ``first``: step to the next key
+            c.reset()
+            return rows
+        while len(rows) < limit:
+            rows.append((c.get_key(), c.get_value()))
+            if c.next() != 0:
+                break
+        c.reset()
+        return rows
+
+    def _flush(self) -> None:
+        h = self._handle()
+        if self.durability == "none":
+            h.session.log_flush("sync=off")  # to the OS, not to the device
+        else:
+            h.session.log_flush("sync=on")
+            if self.durability == "group":
+                self._count(syncs=1)
+
+    def _close(self) -> None:
+        with self._handles_lock:
+            for h in self._handles:
+                h.session.close()
+            self._handles.clear()
+        self._conn.close()  # takes a final checkpoint
+
+    def _engine_stats(self) -> dict[str, Any]:
+        cursor = self._handle().session.open_cursor("statistics:")
+        try:
+            return {f"wt_{name}": cursor[getattr(stat.conn, name)][2] for name in STATS}
+        finally:
+            cursor.close()

@@ -1,0 +1,294 @@
+"""Conformance of every storage engine to the RecordStore interface (storage_backends/base.py)."""
+
+from __future__ import annotations
+
+import random
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sarp.errors import StoreClosedError, StoreKindError
+from storage_backends import RecordStore, open_store
+from storage_backends.base import KIND_FILE, MAX_KEY, claim_directory
+
+from .conftest import BUDGET, payload
+
+# Engines whose sync counter is one per synced commit and one per group flush, exactly.
+EXACT_SYNC_KINDS = ("wiredtiger", "rocksdb")
+
+
+def test_round_trip_overwrite_and_missing(store: RecordStore) -> None:
+    store.put(1, b"one")
+    store.put(2, b"two")
+    assert store.get(1) == b"one"
+    store.put(1, b"uno")
+    assert store.get(1) == b"uno"
+    assert store.get(2) == b"two"
+    assert store.get(3) is None
+
+
+def test_accepts_bytearray_and_memoryview(store: RecordStore) -> None:
+    store.put(1, bytearray(b"ba"))
+    store.put_many([(2, memoryview(b"mv"))])
+    assert store.get_many([1, 2]) == [b"ba", b"mv"]
+    assert isinstance(store.get(1), bytes)
+
+
+def test_delete(store: RecordStore) -> None:
+    store.put_many([(1, b"a"), (2, b"b")])
+    store.delete(1)
+    store.delete(1)  # deleting a missing key is not an error
+    store.delete(99)
+    assert store.get(1) is None
+    assert store.get(2) == b"b"
+    assert list(store.scan()) == [(2, b"b")]
+    store.put(1, b"again")
+    assert store.get(1) == b"again"
+
+
+def test_empty_and_large_values(store: RecordStore) -> None:
+    big = random.Random(7).randbytes(64 << 10)
+    store.put_many([(1, b""), (2, big), (3, big[:4097])])
+    assert store.get(1) == b""
+    assert store.get(2) == big
+    assert store.get(3) == big[:4097]
+    store.put(2, b"")
+    assert store.get(2) == b""
+
+
+def test_many_keys(store: RecordStore) -> None:
+    n = 100_000
+    keys = random.Random(1).sample(range(1 << 40), n)
+    for i in range(0, n, 10_000):
+        store.put_many((k, payload(k, 8 + k % 24)) for k in keys[i:i + 10_000])
+    assert store.get_many(keys) == [payload(k, 8 + k % 24) for k in keys]
+    scanned = [k for k, _ in store.scan()]
+    assert scanned == sorted(keys)
+
+
+def test_get_many_with_misses(store: RecordStore) -> None:
+    store.put_many([(k, payload(k)) for k in range(0, 20, 2)])
+    asked = [3, 2, 2, 19, 0, MAX_KEY, 18]
+    expected = [None, payload(2), payload(2), None, payload(0), None, payload(18)]
+    assert store.get_many(asked) == expected
+    assert store.get_many([]) == []
+
+
+def test_scan_order_and_boundary_keys(store: RecordStore) -> None:
+    keys = [0, 1, 255, 256, 1 << 32, (1 << 63) - 1, 1 << 63, MAX_KEY - 1, MAX_KEY]
+    shuffled = keys[:]
+    random.Random(3).shuffle(shuffled)
+    for k in shuffled:
+        store.put(k, payload(k))
+    assert list(store.scan()) == [(k, payload(k)) for k in keys]
+
+
+def test_scan_spans_chunks_and_allows_writes(store: RecordStore) -> None:
+    keys = list(range(0, 5000, 2))
+    store.put_many([(k, payload(k)) for k in keys])
+    seen = []
+    for k, v in store.scan():
+        assert v == payload(k)
+        seen.append(k)
+        if k == 1000:
+            store.put(k + 1, b"written during the scan")  # must not break the scan
+    assert seen[:501] == keys[:501]
+    assert seen == sorted(set(seen))
+
+
+@pytest.mark.parametrize("durability", ["sync", "group", "none"])
+def test_reopen_keeps_everything(durable_kind: str, durability: str, open_kind: Any,
+                                 tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    expected = {k: payload(k, 8 + k % 100) for k in range(0, 3000, 3)}
+    with open_kind(durable_kind, path, durability=durability) as s:
+        s.put_many(expected.items())
+        s.put(3, b"overwritten")
+        expected[3] = b"overwritten"
+        for k in range(0, 300, 9):
+            s.delete(k)
+            expected.pop(k, None)
+    with open_kind(durable_kind, path, durability=durability) as s:
+        assert dict(s.scan()) == expected
+        assert s.get_many(list(expected)) == list(expected.values())
+
+
+def test_memory_reopen_starts_empty(open_kind: Any, tmp_path: Path) -> None:
+    with open_kind("memory", tmp_path / "m") as s:
+        s.put(1, b"x")
+    with open_kind("memory", tmp_path / "m") as s:
+        assert s.get(1) is None
+        assert list(s.scan()) == []
+
+
+def test_stats_counters_exact(store: RecordStore) -> None:
+    store.put_many([(1, b"abc"), (2, b"defg")])
+    store.put(3, b"")
+    store.get_many([1, 2, 9])
+    store.get(3)
+    store.delete(2)
+    store.delete(77)
+    stats = store.stats()
+    assert stats["kind"] == store.kind
+    assert stats["durability"] == "group"
+    assert {k: stats[k] for k in ("logical_writes", "bytes_written", "logical_reads",
+                                  "bytes_read", "logical_deletes")} == {
+        "logical_writes": 3, "bytes_written": 7, "logical_reads": 4, "bytes_read": 7,
+        "logical_deletes": 2}
+
+
+@pytest.mark.parametrize("durability", ["sync", "group", "none"])
+def test_syncs_counted(kind: str, durability: str, open_kind: Any, tmp_path: Path) -> None:
+    s = open_kind(kind, tmp_path / "store", durability=durability)
+    for k in range(5):
+        s.put(k, b"v")
+    s.put_many([(10, b"a"), (11, b"b")])
+    s.delete(1)
+    after_writes = s.stats()["syncs"]
+    s.flush()
+    after_flush = s.stats()["syncs"]
+    if not s.persistent or durability == "none":
+        assert after_flush == 0
+    elif durability == "sync":
+        assert after_writes >= 7  # 7 write calls, each durable before it returns
+    else:
+        assert after_flush > after_writes
+    if kind in EXACT_SYNC_KINDS:
+        expected = {"sync": (7, 7), "group": (0, 1), "none": (0, 0)}[durability]
+        assert (after_writes, after_flush) == expected
+
+
+def test_concurrent_readers_and_a_writer(store: RecordStore) -> None:
+    n = 2000
+    store.put_many([(k, payload(k, 16 + k % 200)) for k in range(n)])
+    errors: list[BaseException] = []
+
+    def reader(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            for _ in range(300):
+                ks = [rng.randrange(n + 100) for _ in range(rng.randrange(1, 8))]
+                want = [payload(k, 16 + k % 200) if k < n else None for k in ks]
+                got = store.get(ks[0]) if len(ks) == 1 else store.get_many(ks)
+                assert (got == want[0]) if len(ks) == 1 else (got == want)
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    def writer() -> None:
+        try:
+            for k in range(10 * n, 10 * n + 500):
+                store.put(k, payload(k))
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=reader, args=(i,)) for i in range(8)]
+    threads.append(threading.Thread(target=writer))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    assert store.get_many(range(10 * n, 10 * n + 500)) == [
+        payload(k) for k in range(10 * n, 10 * n + 500)]
+
+
+def test_closed_store_raises(store: RecordStore) -> None:
+    store.put_many([(k, b"v") for k in range(3000)])
+    scan = store.scan()
+    next(scan)
+    store.close()
+    store.close()  # closing twice is fine
+    assert store.closed
+    calls = [lambda: store.put(1, b"x"), lambda: store.put_many([(1, b"x")]),
+             lambda: store.get(1), lambda: store.get_many([1]), lambda: store.delete(1),
+             lambda: list(store.scan()), store.flush, lambda: list(scan)]
+    for call in calls:
+        with pytest.raises(StoreClosedError):
+            call()
+    assert store.stats()["logical_writes"] == 3000  # counters stay readable
+
+
+def test_context_manager_closes(kind: str, open_kind: Any, tmp_path: Path) -> None:
+    with open_kind(kind, tmp_path / "s") as s:
+        s.put(1, b"x")
+    with pytest.raises(StoreClosedError):
+        s.get(1)
+
+
+@pytest.mark.parametrize("bad", [-1, 1 << 64, 2**70])
+def test_key_out_of_range(store: RecordStore, bad: int) -> None:
+    for call in (lambda: store.put(bad, b"x"), lambda: store.get(bad),
+                 lambda: store.get_many([1, bad]), lambda: store.delete(bad)):
+        with pytest.raises(ValueError):
+            call()
+
+
+@pytest.mark.parametrize("bad", ["1", 1.0, True, None, b"\x01"])
+def test_key_not_an_integer(store: RecordStore, bad: object) -> None:
+    for call in (lambda: store.put(bad, b"x"), lambda: store.get(bad),  # type: ignore[arg-type]
+                 lambda: store.get_many([bad]), lambda: store.delete(bad)):  # type: ignore[list-item]
+        with pytest.raises(TypeError):
+            call()
+
+
+@pytest.mark.parametrize("bad", ["text", None, 5, [1, 2]])
+def test_value_not_bytes(store: RecordStore, bad: object) -> None:
+    with pytest.raises(TypeError):
+        store.put(1, bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        store.put_many([(2, b"ok"), (3, bad)])  # type: ignore[list-item]
+    assert store.get_many([1, 2, 3]) == [None, None, None]  # a bad batch writes nothing
+    assert store.stats()["logical_writes"] == 0
+
+
+def test_bad_open_arguments(kind: str, tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        open_store(kind, tmp_path / "a", durability="fast")
+    with pytest.raises(ValueError):
+        open_store(kind, tmp_path / "b", memory_budget=0)
+    with pytest.raises(TypeError):
+        open_store(kind, tmp_path / "c", memory_budget="1MB")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        open_store("no-such-kind", tmp_path / "d")
+
+
+def test_path_is_a_file(kind: str, open_kind: Any, tmp_path: Path) -> None:
+    f = tmp_path / "file"
+    f.write_bytes(b"not a store")
+    with pytest.raises(StoreKindError):
+        open_kind(kind, f)
+    assert f.read_bytes() == b"not a store"
+
+
+def test_path_holds_another_kind(kind: str, open_kind: Any, tmp_path: Path) -> None:
+    claim_directory(tmp_path / "other", "some-other-kind")
+    with pytest.raises(StoreKindError):
+        open_kind(kind, tmp_path / "other")
+    assert sorted(p.name for p in (tmp_path / "other").iterdir()) == [KIND_FILE]
+
+
+def test_path_holds_foreign_files(kind: str, open_kind: Any, tmp_path: Path) -> None:
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "data.bin").write_bytes(b"x")
+    with pytest.raises(StoreKindError):
+        open_kind(kind, tmp_path / "foreign")
+
+
+def test_buffered_io(durable_kind: str, open_kind: Any, tmp_path: Path) -> None:
+    with open_kind(durable_kind, tmp_path / "s", direct_io=False, durability="sync") as s:
+        s.put_many([(k, payload(k, 1500)) for k in range(500)])
+        assert not s.stats()["direct_io"]
+    with open_kind(durable_kind, tmp_path / "s", direct_io=False) as s:
+        assert s.get_many(range(500)) == [payload(k, 1500) for k in range(500)]
+
+
+def test_small_budget_large_batch(durable_kind: str, open_kind: Any, tmp_path: Path) -> None:
+    """A put_many far larger than the memory budget still lands whole."""
+    pairs = [(k, payload(k, 4096)) for k in range(2 * BUDGET // 4096)]
+    with open_kind(durable_kind, tmp_path / "s", durability="sync") as s:
+        s.put_many(pairs)
+        assert s.get_many([0, len(pairs) - 1]) == [pairs[0][1], pairs[-1][1]]
+    with open_kind(durable_kind, tmp_path / "s") as s:
+        assert sum(1 for _ in s.scan()) == len(pairs)

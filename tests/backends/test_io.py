@@ -1,0 +1,99 @@
+"""The I/O layer: aligned buffers, counters, the O_DIRECT fallback and simulated power loss."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from storage_backends import io as sio
+from storage_backends.io import FileIO, PowerLossIO, aligned_buffer, block_size
+
+
+def test_block_size_is_at_least_4096(tmp_path: Path) -> None:
+    assert block_size(tmp_path) >= 4096
+    assert block_size(tmp_path) % 4096 == 0
+
+
+def test_aligned_buffer_is_page_aligned() -> None:
+    buf = aligned_buffer(8192)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    assert addr % 4096 == 0 and len(buf) == 8192
+
+
+def test_counters(tmp_path: Path) -> None:
+    io = FileIO()
+    f = io.open(tmp_path / "f", direct=True)
+    buf = aligned_buffer(4096)
+    buf[:5] = b"hello"
+    f.pwrite(buf, 4096)
+    f.fdatasync()
+    out = aligned_buffer(4096)
+    assert f.pread(out, 4096) == 4096 and out[:5] == b"hello"
+    f.fsync()
+    io.fsync_dir(tmp_path)
+    f.close()
+    assert io.stats() == {"reads": 1, "writes": 1, "bytes_read": 4096, "bytes_written": 4096,
+                          "fsyncs": 1, "fdatasyncs": 1, "dir_fsyncs": 1}
+    assert io.syncs == 3
+
+
+def test_o_direct_refused_falls_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_open = os.open
+
+    def no_direct(path, flags, mode=0o777):  # type: ignore[no-untyped-def]
+        if flags & getattr(os, "O_DIRECT", 0):
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(sio.os, "open", no_direct)
+    io = FileIO()
+    with pytest.warns(RuntimeWarning, match="O_DIRECT"):
+        f = io.open(tmp_path / "f", direct=True)
+    assert not f.direct and io.direct_fallbacks == 1
+    f.pwrite(b"abc", 0)
+    f.close()
+    assert (tmp_path / "f").read_bytes() == b"abc"
+
+
+def _write(io: FileIO, path: Path, chunks: list[tuple[int, bytes]], sync_after: int) -> None:
+    f = io.open(path, direct=False)
+    for i, (off, data) in enumerate(chunks):
+        f.pwrite(data, off)
+        if i == sync_after:
+            f.fdatasync()
+
+
+def test_power_loss_drop_undoes_unsynced_writes(tmp_path: Path) -> None:
+    io = PowerLossIO()
+    path = tmp_path / "f"
+    _write(io, path, [(0, b"a" * 1024), (0, b"b" * 2048), (2048, b"c" * 1024)], sync_after=0)
+    assert io.unsynced_writes() == 2
+    io.crash("drop")
+    assert path.read_bytes() == b"a" * 1024
+    with pytest.raises(OSError):
+        io.open(path, direct=False)
+
+
+def test_power_loss_tear_cuts_the_last_write_at_a_sector(tmp_path: Path) -> None:
+    io = PowerLossIO(seed=3)
+    path = tmp_path / "f"
+    _write(io, path, [(0, b"a" * 4096), (0, b"b" * 4096)], sync_after=0)
+    io.crash("tear")
+    data = path.read_bytes()
+    cut = data.count(b"b")
+    assert cut % 512 == 0 and cut < 4096
+    assert data == b"b" * cut + b"a" * (4096 - cut)
+
+
+def test_power_loss_keeps_renamed_files_tracked(tmp_path: Path) -> None:
+    io = PowerLossIO()
+    f = io.open(tmp_path / "x.tmp", direct=False)
+    f.pwrite(b"new", 0)
+    io.rename(tmp_path / "x.tmp", tmp_path / "x")
+    f.pwrite(b"more", 3)
+    io.crash("drop")
+    assert (tmp_path / "x").read_bytes() == b""

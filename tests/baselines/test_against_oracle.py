@@ -1,0 +1,105 @@
+"""Every design against the exact oracle on a prefix-heavy workload (and the oracle against a
+reference model): same matched length, the query's block IDs, the first-written metadata."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+import pytest
+
+from sarp.baselines import BaselineIndex
+from sarp.matching import MatchResult
+
+from .conftest import BACKENDS, CAP, STORE_VARIANTS, VARIANTS, S, variant_params
+from .workload import BLOCK, Reference, Request, requests
+
+
+def check_same(got: MatchResult, want: MatchResult, query: np.ndarray) -> None:
+    assert got.num_blocks == want.num_blocks
+    assert got.num_tokens == got.num_blocks * BLOCK
+    assert np.array_equal(got.block_ids, query[: got.num_blocks])
+    assert got.metadata.dtype == want.metadata.dtype
+    assert got.metadata.tobytes() == want.metadata.tobytes()
+    assert got.stats["store_reads"] >= 0
+
+
+def run_against_oracle(idx: BaselineIndex, oracle: BaselineIndex, reqs: Iterable[Request],
+                       reference: Reference | None = None) -> int:
+    """Match then insert each request on both (and on ``reference``, which must hold what the
+    oracle holds); returns the blocks the oracle matched."""
+    reference = Reference() if reference is None else reference
+    hits = 0
+    for req in reqs:
+        want = oracle.match(req.context)
+        n, meta = reference.match(req.context)
+        assert (want.num_blocks, want.metadata.tobytes()) == (n, meta)
+        check_same(idx.match(req.context), want, req.context)
+        hits += want.num_blocks
+        for target in (idx, oracle):
+            target.insert(req.full, req.metadata)
+        reference.insert(req.full, req.metadata)
+    return hits
+
+
+@pytest.mark.parametrize("variant", variant_params(VARIANTS))
+def test_memory_backend(variant, opener):
+    _, name, options = variant
+    idx = opener(name, backend="memory", segment_blocks=S, block_size=BLOCK, **options)
+    oracle = opener("exact", "oracle", block_size=BLOCK)
+    hits = run_against_oracle(idx, oracle, requests(1))
+    assert hits > 0
+
+
+@pytest.mark.parametrize("variant", variant_params(STORE_VARIANTS))
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "memory"])
+def test_persistent_backend(variant, backend, opener):
+    _, name, options = variant
+    idx = opener(name, backend=backend, segment_blocks=S, block_size=BLOCK,
+                 durability="none", memory_budget=4 << 20, **options)
+    oracle = opener("exact", "oracle", block_size=BLOCK)
+    run_against_oracle(idx, oracle, requests(2, sessions=16, turns=3))
+
+
+@pytest.mark.parametrize("segment_blocks", [1, 2, 4, 32])
+@pytest.mark.parametrize("variant", variant_params(STORE_VARIANTS))
+def test_segment_sizes(variant, segment_blocks, opener):
+    _, name, options = variant
+    idx = opener(name, segment_blocks=segment_blocks, block_size=BLOCK, **options)
+    oracle = opener("exact", "oracle", block_size=BLOCK)
+    run_against_oracle(idx, oracle, requests(3, sessions=10, turns=3))
+
+
+def test_first_writer_wins(opener):
+    """Re-inserting a stored prefix with other metadata keeps the first metadata, and a
+    longer re-insert adds only its new blocks, in every design."""
+    ids = np.arange(1, 30, dtype=np.uint64) * 0x9E3779B97F4A7C15
+    for k, (_, name, options) in enumerate(VARIANTS):
+        idx = opener(name, f"d{k}", segment_blocks=S, **options)
+        first = np.zeros(20, idx.settings.metadata_dtype)
+        first["address"] = 7
+        second = np.zeros(29, idx.settings.metadata_dtype)
+        second["address"] = 9
+        idx.insert(ids[:20], first)
+        idx.insert(ids, second)
+        got = idx.match(ids).metadata["address"]
+        assert got.tolist() == [7] * 20 + [9] * 9, name
+
+
+def test_capped_radix_stays_under_cap(opener):
+    """The capped tree's resident nodes stay under the cap after every operation while it
+    still matches exactly; the same workload uncapped needs more DRAM than the cap."""
+    capped = opener("segment_radix", "capped", segment_blocks=S, block_size=BLOCK, capped=CAP)
+    uncapped = opener("segment_radix", "uncapped", segment_blocks=S, block_size=BLOCK)
+    oracle = opener("exact", "oracle", block_size=BLOCK)
+    for req in requests(4, sessions=16, turns=3):
+        want = oracle.match(req.context)
+        check_same(capped.match(req.context), want, req.context)
+        assert capped.stats()["dram_bytes"] <= CAP
+        for idx in (capped, uncapped, oracle):
+            idx.insert(req.full, req.metadata)
+        assert capped.stats()["dram_bytes"] <= CAP
+    st = capped.stats()
+    assert st["store_reads"] > 0 and st["spill_store"]["logical_writes"] > 0
+    assert uncapped.stats()["dram_bytes"] > 4 * CAP
+    assert uncapped.stats()["entries"] == st["entries"]

@@ -1,0 +1,124 @@
+"""Reopen after close, snapshot then reopen, damaged snapshots, stored settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sarp.baselines import DESIGNS
+from sarp.errors import ConfigMismatchError, CorruptionError
+
+from .conftest import HAVE_WT, STORE_VARIANTS, S, variant_params
+from .test_against_oracle import check_same, run_against_oracle
+from .workload import BLOCK, Reference, metadata_for, requests
+
+needs_wt = pytest.mark.skipif(not HAVE_WT, reason="wiredtiger is not installed")
+WT = {"backend": "wiredtiger", "durability": "none", "memory_budget": 4 << 20}
+PERSISTENT = [pytest.param(("dram_blockhash", "dram_blockhash", {}), id="dram_blockhash")] + [
+    pytest.param(v, id=v[0], marks=needs_wt) for v in STORE_VARIANTS]
+
+
+@pytest.mark.parametrize("variant", PERSISTENT)
+def test_reopen_after_close_keeps_everything(variant, tmp_path):
+    """Close, reopen with the path alone: every stored prefix still matches, and inserting
+    after the reopen (fresh ids) keeps matching the oracle."""
+    _, name, options = variant
+    backend = WT if DESIGNS[name].uses_store else {}
+    reqs = list(requests(5, sessions=14, turns=4))
+    half = len(reqs) // 2
+    reference = Reference()
+    idx = DESIGNS[name].open(tmp_path / "idx", segment_blocks=S, block_size=BLOCK,
+                             **backend, **options)
+    oracle = DESIGNS["exact"].open(tmp_path / "oracle", block_size=BLOCK)
+    run_against_oracle(idx, oracle, reqs[:half], reference)
+    idx.close()
+    with DESIGNS[name].open(tmp_path / "idx") as idx:
+        assert idx.recovery["seconds"] >= 0
+        for req in reqs[:half]:
+            check_same(idx.match(req.full), oracle.match(req.full), req.full)
+        run_against_oracle(idx, oracle, reqs[half:], reference)
+    oracle.close()
+
+
+def test_snapshot_restores_without_close(tmp_path):
+    """A DRAM-BlockHash reopened from its snapshot (the writer never closed: a crash) holds
+    exactly what was inserted before the snapshot, and reports its recovery stages."""
+    reqs = list(requests(6, sessions=8, turns=2))
+    writer = DESIGNS["dram_blockhash"].open(tmp_path / "idx", block_size=BLOCK)
+    before = DESIGNS["exact"].open(tmp_path / "oracle", block_size=BLOCK)
+    for req in reqs[:8]:
+        writer.insert(req.full, req.metadata)
+        before.insert(req.full, req.metadata)
+    info = writer.snapshot()
+    for req in reqs[8:]:
+        writer.insert(req.full, req.metadata)
+    file = tmp_path / "idx" / "blockhash.snap"
+    assert info["bytes_written"] == file.stat().st_size
+    with DESIGNS["dram_blockhash"].open(tmp_path / "idx") as restored:
+        rec = restored.recovery
+        assert rec["bytes_read"] == file.stat().st_size
+        assert {"snapshot_load_s", "deserialize_s", "rebuild_s", "seconds"} <= set(rec)
+        assert restored.stats()["entries"] == before.stats()["entries"]
+        for req in reqs:
+            check_same(restored.match(req.full), before.match(req.full), req.full)
+    before.close()
+    writer.close()
+
+
+def damaged(data: bytes) -> dict[str, bytes]:
+    mid = len(data) // 2
+    return {
+        "magic": b"X" + data[1:],
+        "payload": data[:mid] + bytes([data[mid] ^ 0x40]) + data[mid + 1:],
+        "checksum": data[:-1] + bytes([data[-1] ^ 1]),
+        "truncated": data[:mid],
+        "one_short": data[:-1],
+        "empty": b"",
+    }
+
+
+@pytest.mark.parametrize("name,file,backend", [
+    ("dram_blockhash", "blockhash.snap", {}),
+    pytest.param("segment_radix", "radix.snap", WT, marks=needs_wt),
+])
+def test_damaged_snapshot_is_detected(name, file, backend, tmp_path):
+    with DESIGNS[name].open(tmp_path / "idx", segment_blocks=S, block_size=BLOCK,
+                            **backend) as idx:
+        for req in requests(7, sessions=6, turns=2):
+            idx.insert(req.full, req.metadata)
+    snap = tmp_path / "idx" / file
+    good = snap.read_bytes()
+    for data in damaged(good).values():
+        snap.write_bytes(data)
+        with pytest.raises(CorruptionError, match=file):
+            DESIGNS[name].open(tmp_path / "idx")
+    snap.write_bytes(good)
+    with DESIGNS[name].open(tmp_path / "idx") as idx:
+        assert idx.stats()["entries"] > 1
+
+
+def test_stored_settings_are_checked(tmp_path: Path):
+    DESIGNS["segment_hash"].open(tmp_path / "idx", segment_blocks=8).close()
+    with pytest.raises(ConfigMismatchError, match="segment_blocks"):
+        DESIGNS["segment_hash"].open(tmp_path / "idx", segment_blocks=16)
+    with pytest.raises(ConfigMismatchError, match="design"):
+        DESIGNS["segment_radix"].open(tmp_path / "idx")
+    with pytest.raises(ConfigMismatchError, match="metadata_dtype"):
+        DESIGNS["segment_hash"].open(tmp_path / "idx", metadata_dtype=np.uint64)
+    with DESIGNS["segment_hash"].open(tmp_path / "idx") as idx:
+        assert idx.settings.segment_blocks == 8
+
+
+@pytest.mark.parametrize("variant", variant_params(STORE_VARIANTS))
+def test_memory_backend_reopens_empty(variant, tmp_path):
+    """The memory engine keeps nothing across close(); the index reopens empty and works."""
+    _, name, options = variant
+    ids = np.arange(1, 20, dtype=np.uint64)
+    with DESIGNS[name].open(tmp_path / "idx", segment_blocks=S, **options) as idx:
+        idx.insert(ids, metadata_for(ids, 1))
+    with DESIGNS[name].open(tmp_path / "idx") as idx:
+        assert idx.match(ids).num_blocks == 0
+        idx.insert(ids, metadata_for(ids, 2))
+        assert idx.match(ids).metadata["node"].tolist() == [2] * len(ids)

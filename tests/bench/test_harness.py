@@ -1,0 +1,105 @@
+"""The benchmark harness on a tiny synthetic workload with the memory backend."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sarp.bench.designs import DESIGNS
+from sarp.bench.harness import RunOptions, run
+from sarp.bench.metrics import FIELDS
+from sarp.bench.progress import Progress
+from sarp.bench.recovery_bench import mix
+from sarp.bench.report import render
+from sarp.bench.results import load_results, write_results
+
+WORKLOAD = "synthetic/ultrachat"
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    opts = RunOptions(workloads=[WORKLOAD], designs=list(DESIGNS), backends=["memory"],
+                      scale=0.05, repeat=1, threads=[1, 2], sweep=[1, 0])
+    res = run(opts, out, Progress(False))
+    write_results(out, res)
+    render(res, out)
+    return out, res
+
+
+def test_every_design_has_a_row(results):
+    _, res = results
+    assert sorted(r["design"] for r in res["rows"]) == sorted(DESIGNS)
+
+
+def test_every_field_is_a_value_or_an_explicit_na(results):
+    _, res = results
+    for row in res["rows"]:
+        for name in FIELDS:
+            assert name in row, name
+            if row[name] is None:
+                assert row["na"].get(name), f"{row['design']}: {name} is None without reason"
+
+
+def test_exact_oracle_has_no_loss(results):
+    _, res = results
+    exact = next(r for r in res["rows"] if r["design"] == "exact")
+    assert exact["hit_loss_vs_exact"] == 0
+    assert exact["token_hit_rate"] > 0
+
+
+def test_store_reads_counted_for_store_designs_only(results):
+    _, res = results
+    reads = {r["design"]: r["store_reads_per_match"] for r in res["rows"]}
+    assert reads["ssd-blockhash"] > 0 and reads["sarp"] > 0
+    assert reads["dram-blockhash"] == 0
+
+
+def test_memory_backend_reports_recovery_as_na(results):
+    _, res = results
+    row = next(r for r in res["rows"] if r["design"] == "sarp")
+    assert row["recovery_s"] is None and "not persistent" in row["na"]["recovery_s"]
+    dram = next(r for r in res["rows"] if r["design"] == "dram-blockhash")
+    assert dram["recovery_s"] is not None
+
+
+def test_sweep_and_threads_sections(results):
+    _, res = results
+    assert [r["max_retrieval"] for r in res["sweep"]] == [1, 0]
+    assert {r["threads"] for r in res["threads"]} == {1, 2}
+
+
+def test_files_are_written_and_reload(results):
+    out, res = results
+    for name in ("results.json", "report.md", "throughput.png", "latency.png",
+                 "maxretrieval.png"):
+        assert (out / name).is_file(), name
+    assert load_results(out)["rows"] == res["rows"]
+    report = (out / "report.md").read_text()
+    assert "SSD-BlockHash" in report and "n/a" in report
+
+
+def test_replication_keeps_prefix_structure_with_fresh_ids():
+    ids = np.array([5, 7, 9], np.uint64)
+    a, b = mix(ids, 0), mix(ids, 1)
+    assert np.array_equal(a, mix(ids, 0))
+    assert not set(a.tolist()) & set(b.tolist())
+    assert len(set(a.tolist())) == 3
+
+
+def test_no_work_directory_left(results):
+    out, _ = results
+    assert not [p for p in Path(out).iterdir() if p.name.startswith("work-")]
+
+
+def test_missing_redis_is_reported_not_fatal(tmp_path, monkeypatch):
+    from sarp.bench import recovery_bench
+    from sarp.bench.catalog import load_workload
+    from sarp.bench.replay import prepare
+
+    monkeypatch.setattr(recovery_bench, "find_server", lambda: None)
+    p = prepare(WORKLOAD, load_workload(WORKLOAD, 0.05))
+    section = recovery_bench.recovery(p, [10], ["redis"], "wiredtiger", tmp_path, "none",
+                                      Progress(False))
+    assert section["rows"] == []
+    assert any("redis-server not found" in n for n in section["notes"])
