@@ -25,6 +25,7 @@ from sarp.background import Worker
 from sarp.block_ids import as_block_ids, block_ids
 from sarp.config import Config, config_from_kwargs, dumps, loads
 from sarp.errors import IndexClosedError
+from sarp.files import publish
 from sarp.insertion import insert as insert_path
 from sarp.matching import COUNTERS, MatchResult
 from sarp.matching import match as match_path
@@ -146,7 +147,7 @@ class Index:
                     self.counters["indexed_blocks"], keys, flags, lengths, segs, filters)
                 self._journal.close()
                 self._journal = journal.JournalWriter(
-                    self.io, self.path / journal.journal_name(seq), seq)
+                    self.io, self.path / journal.FILES.name(seq), seq)
                 self.epoch = seq
                 self._since_snapshot = 0
                 self._last_snapshot = time.monotonic()
@@ -250,17 +251,17 @@ class Index:
         if existing:
             self.recovery = recovery.recover(self)
         self._journal = journal.JournalWriter(
-            self.io, self.path / journal.journal_name(self.epoch), self.epoch)
+            self.io, self.path / journal.FILES.name(self.epoch), self.epoch)
 
     def _publish_rebuild(self) -> None:
         """Rebuild from a full segment scan and publish it as a snapshot newer than any file
         there; older snapshots and journals (unusable, or they would not be rebuilding) go."""
         self.recovery = recovery.rebuild(self)
         seqs = [s for s, _ in journal.files(self.path)]
-        seqs += [snapshot.snapshot_seq(p) for p in snapshot.candidates(self.path)]
+        seqs += [snapshot.FILES.seq(p) for p in snapshot.candidates(self.path)]
         self.epoch = max(seqs, default=0)
         self._journal = journal.JournalWriter(
-            self.io, self.path / journal.journal_name(self.epoch + 1), self.epoch + 1)
+            self.io, self.path / journal.FILES.name(self.epoch + 1), self.epoch + 1)
         self.epoch += 1
         self.snapshot()
         self._remove_older_than(self.epoch)
@@ -269,7 +270,7 @@ class Index:
         """Delete snapshots and journals before ``keep_from``: the previous snapshot and the
         journals after it stay, so a damaged newest snapshot still has a fallback."""
         for p in snapshot.candidates(self.path):
-            if snapshot.snapshot_seq(p) < keep_from:
+            if snapshot.FILES.seq(p) < keep_from:
                 self.io.unlink(p)
         for seq, p in journal.files(self.path):
             if seq < keep_from:
@@ -312,20 +313,6 @@ class Index:
         return value
 
 
-def _write_atomically(io: FileIO, path: Path, text: str) -> None:
-    """Temporary file, fsync, rename, fsync of the directory."""
-    tmp = path.with_name(path.name + ".tmp")
-    f = io.open(tmp, direct=False)
-    try:
-        f.truncate(0)
-        f.pwrite(text.encode(), 0)
-        f.fsync()
-    finally:
-        f.close()
-    io.rename(tmp, path)
-    io.fsync_dir(path.parent)
-
-
 def open(path: str | os.PathLike, backend: str = "wiredtiger", *, memory_budget: int = 64 << 20,
          durability: str = "sync", direct_io: bool = True, background: bool = True,
          snapshot_every_inserts: int = 0, snapshot_every_seconds: float = 0.0,
@@ -356,7 +343,7 @@ def open(path: str | os.PathLike, backend: str = "wiredtiger", *, memory_budget:
                       snapshot_every_seconds=snapshot_every_seconds,
                       snapshot_on_close=snapshot_on_close)
         if not existing:
-            _write_atomically(index.io, cfg_file, dumps(cfg))
+            publish(index.io, cfg_file, dumps(cfg).encode())
         if _rebuild:
             index._publish_rebuild()
         else:

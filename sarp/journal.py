@@ -17,6 +17,7 @@ import numpy as np
 
 from sarp._core.hashing import xxh64
 from sarp.errors import RecoveryError
+from sarp.files import Numbered, publish
 from storage_backends.io import File, FileIO
 
 MAGIC = b"SARPJRNL"
@@ -24,21 +25,7 @@ VERSION = 1
 FILE_HEADER = struct.Struct("<8sIIQ")  # magic, version, reserved, snapshot seq
 RECORD_HEADER = struct.Struct("<IIQ")  # payload length, reserved, XXH64 of the payload
 PAYLOAD_HEADER = struct.Struct("<QQQI4x")  # insert seq, next segment id, new blocks, count
-PREFIX = "journal-"
-SUFFIX = ".log"
-
-
-def journal_name(seq: int) -> str:
-    return f"{PREFIX}{seq:016d}{SUFFIX}"
-
-
-def journal_seq(path: Path) -> int | None:
-    name = path.name
-    if name.startswith(PREFIX) and name.endswith(SUFFIX):
-        digits = name[len(PREFIX):-len(SUFFIX)]
-        if digits.isdigit():
-            return int(digits)
-    return None
+FILES = Numbered("journal-", ".log")
 
 
 @dataclass
@@ -62,17 +49,8 @@ class JournalWriter:
     def __init__(self, io: FileIO, path: Path, snapshot_seq: int):
         self.io = io
         self.path = path
-        if not path.exists():  # created whole or not at all: header in a temporary file
-            tmp = path.with_name(path.name + ".tmp")
-            f = io.open(tmp, direct=False)
-            try:
-                f.truncate(0)
-                f.pwrite(FILE_HEADER.pack(MAGIC, VERSION, 0, snapshot_seq), 0)
-                f.fsync()
-            finally:
-                f.close()
-            io.rename(tmp, path)
-            io.fsync_dir(path.parent)
+        if not path.exists():  # created whole or not at all
+            publish(io, path, FILE_HEADER.pack(MAGIC, VERSION, 0, snapshot_seq))
         self._file: File = io.open(path, direct=False, create=False)
         self._offset = self._file.size()
         self.unsynced = False
@@ -168,5 +146,4 @@ def _valid_record_after(raw: bytes, pos: int) -> bool:
 
 def files(directory: Path) -> list[tuple[int, Path]]:
     """(seq, path) of the journals in ``directory``, oldest first."""
-    found = [(journal_seq(p), p) for p in directory.iterdir()]
-    return sorted((s, p) for s, p in found if s is not None)
+    return FILES.files(directory)

@@ -16,6 +16,7 @@ import numpy as np
 
 from sarp._core.hashing import xxh64
 from sarp.errors import BadLengthError, BadMagicError, ChecksumError, UnsupportedVersionError
+from sarp.files import Numbered, publish
 from storage_backends.io import FileIO
 
 MAGIC = b"SARPSNAP"
@@ -23,22 +24,7 @@ VERSION = 1
 # magic, version, header length, seq, config digest, next segment id, indexed blocks,
 # entries, references
 HEADER = struct.Struct("<8sIIQQQQQQ")
-PREFIX = "snapshot-"
-SUFFIX = ".snap"
-
-
-def snapshot_name(seq: int) -> str:
-    return f"{PREFIX}{seq:016d}{SUFFIX}"
-
-
-def snapshot_seq(path: Path) -> int | None:
-    """The sequence number in a snapshot file name, or None for other files."""
-    name = path.name
-    if name.startswith(PREFIX) and name.endswith(SUFFIX):
-        digits = name[len(PREFIX):-len(SUFFIX)]
-        if digits.isdigit():
-            return int(digits)
-    return None
+FILES = Numbered("snapshot-", ".snap")
 
 
 @dataclass
@@ -99,17 +85,8 @@ def decode(raw: bytes, name: str) -> SnapshotState:
 def write(io: FileIO, directory: Path, state: SnapshotState) -> tuple[Path, int]:
     """Publish ``state`` as snapshot ``state.seq``; returns its path and size in bytes."""
     raw = encode(state)
-    final = directory / snapshot_name(state.seq)
-    tmp = final.with_name(final.name + ".tmp")
-    f = io.open(tmp, direct=False)
-    try:
-        f.truncate(0)
-        f.pwrite(raw, 0)
-        f.fsync()
-    finally:
-        f.close()
-    io.rename(tmp, final)
-    io.fsync_dir(directory)
+    final = directory / FILES.name(state.seq)
+    publish(io, final, raw)
     return final, len(raw)
 
 
@@ -140,6 +117,4 @@ def load(io: FileIO, path: Path) -> Loaded:
 
 def candidates(directory: Path) -> list[Path]:
     """Snapshot files in ``directory``, newest first."""
-    found = [(snapshot_seq(p), p) for p in directory.iterdir()]
-    return [p for seq, p in sorted((s, p) for s, p in found if s is not None)[::-1]]
-
+    return [p for _, p in FILES.files(directory)][::-1]

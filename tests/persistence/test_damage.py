@@ -132,7 +132,7 @@ def test_snapshot_publication_fsyncs_file_and_directory(tmp_path):
         after = index.io.stats()
         assert after["fsyncs"] - io["fsyncs"] >= 2  # snapshot file, new journal
         assert after["dir_fsyncs"] - io["dir_fsyncs"] >= 2  # rename published, cleanup
-        published = tmp_path / "i" / snapshot.snapshot_name(info["seq"])
+        published = tmp_path / "i" / snapshot.FILES.name(info["seq"])
         assert info["bytes"] == published.stat().st_size
 
 

@@ -1,0 +1,45 @@
+"""The index directory's numbered files (snapshots, journals) and atomic publication."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from storage_backends.io import FileIO
+
+
+class Numbered:
+    """File names of the form PREFIX + 16-digit sequence number + SUFFIX."""
+
+    def __init__(self, prefix: str, suffix: str):
+        self.prefix, self.suffix = prefix, suffix
+
+    def name(self, seq: int) -> str:
+        return f"{self.prefix}{seq:016d}{self.suffix}"
+
+    def seq(self, path: Path) -> int | None:
+        """The sequence number in ``path``'s name, or None for other files."""
+        name = path.name
+        if name.startswith(self.prefix) and name.endswith(self.suffix):
+            digits = name[len(self.prefix):len(name) - len(self.suffix)]
+            if digits.isdigit():
+                return int(digits)
+        return None
+
+    def files(self, directory: Path) -> list[tuple[int, Path]]:
+        """(seq, path) of the matching files in ``directory``, oldest first."""
+        found = ((self.seq(p), p) for p in directory.iterdir())
+        return sorted((s, p) for s, p in found if s is not None)
+
+
+def publish(io: FileIO, path: Path, data: bytes) -> None:
+    """Write ``path`` whole or not at all: temporary file, fsync, rename, fsync of the dir."""
+    tmp = path.with_name(path.name + ".tmp")
+    f = io.open(tmp, direct=False)
+    try:
+        f.truncate(0)
+        f.pwrite(data, 0)
+        f.fsync()
+    finally:
+        f.close()
+    io.rename(tmp, path)
+    io.fsync_dir(path.parent)
