@@ -117,6 +117,11 @@ def store(kind: str, open_kind: Any, tmp_path: Path) -> RecordStore:
     return open_kind(kind, tmp_path / "store", durability="group")
 
 
+def value_limit(kind: str, size: int) -> dict[str, int]:
+    """Open options declaring values up to ``size`` bytes, for engines with fixed slots."""
+    return {"max_value_size": size} if kind == "odirect" else {}
+
+
 def payload(key: int, size: int = 24) -> bytes:
     """A value that names its key: distinct per key and checkable after any round trip."""
     unit = key.to_bytes(8, "little")
