@@ -133,6 +133,12 @@ def config_from_kwargs(kwargs: dict[str, Any]) -> Config:
     return Config(**kwargs)
 
 
+def digest_text(config: Config) -> str:
+    """The configuration that stored state depends on (query-only parameters left out)."""
+    data = {k: v for k, v in config.to_json().items() if k not in QUERY_ONLY}
+    return json.dumps(data, sort_keys=True)
+
+
 def dumps(config: Config) -> str:
     return json.dumps({"format": 1, "config": config.to_json()}, indent=1, sort_keys=True)
 

@@ -23,7 +23,7 @@ from sarp import journal, recovery, snapshot
 from sarp._core.hashing import xxh64
 from sarp.background import Worker
 from sarp.block_ids import as_block_ids, block_ids
-from sarp.config import Config, config_from_kwargs, dumps, loads
+from sarp.config import Config, config_from_kwargs, digest_text, dumps, loads
 from sarp.errors import IndexClosedError
 from sarp.files import publish
 from sarp.insertion import insert as insert_path
@@ -46,7 +46,7 @@ class Index:
                  snapshot_on_close: bool = True, io: FileIO | None = None):
         self.path = path
         self.config = config
-        self.config_digest = xxh64(dumps(config).encode())
+        self.config_digest = xxh64(digest_text(config).encode())
         self.store = store
         self.io = io or FileIO()
         self.segments = SegmentStore(store, config.meta_width)

@@ -184,3 +184,11 @@ def test_rebuild_command(tmp_path, capsys):
     assert_all_match(path, 8)
     assert main(["rebuild", str(tmp_path / "none")]) == 1
     assert "holds no SARP index" in capsys.readouterr().err
+
+
+def test_query_only_parameters_do_not_invalidate_snapshots(tmp_path):
+    path = tmp_path / "i"
+    build(path, 0, 6, snapshots_at={5})
+    with sarp.open(path, backend="wiredtiger", max_retrieval=0) as index:
+        assert index.recovery["snapshot"] is not None and not index.recovery["faults"]
+        assert all(check_match(index, i) == len(sequence(i)) // B for i in range(6))

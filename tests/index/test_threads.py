@@ -1,0 +1,75 @@
+"""Many request threads at once: mixed match and insert over heavily shared prefixes."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import sarp
+
+from .helpers import SMALL
+
+THREADS = 8
+SECONDS = 4.0
+
+
+def sequence(i: int) -> np.ndarray:
+    """Sequences that share prompts and branches, so inserts race on the same segments."""
+    rng = np.random.default_rng(i)
+    prompt = np.random.default_rng(i % 3).integers(0, 40, 60)
+    branch = np.random.default_rng(100 + i % 5).integers(0, 40, 8 * (i % 5))
+    return np.concatenate((prompt, branch, rng.integers(0, 40, int(rng.integers(0, 50)))))
+
+
+def meta(ids: np.ndarray) -> np.ndarray:
+    m = np.zeros(len(ids), sarp.DEFAULT_METADATA_DTYPE)
+    m["address"] = ids
+    return m
+
+
+@pytest.mark.parametrize("backend", ["wiredtiger", "flashlog"])
+def test_concurrent_match_and_insert_stay_correct(tmp_path, backend):
+    path = tmp_path / "i"
+    index = sarp.open(path, backend=backend, durability="group", block_size=1,
+                      snapshot_every_inserts=50, **SMALL)
+    acked: list[int] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    deadline = time.monotonic() + SECONDS
+
+    def worker(t: int) -> None:
+        rng = np.random.default_rng(t)
+        n = 0
+        try:
+            while time.monotonic() < deadline:
+                i = t * 100_000 + n
+                if rng.random() < 0.5 or n == 0:
+                    ids = sarp.block_ids(sequence(i), 1)
+                    index.insert(block_ids=ids, metadata=meta(ids))
+                    with lock:
+                        acked.append(i)
+                    n += 1
+                else:
+                    q = sarp.block_ids(sequence(int(rng.integers(0, 10 * THREADS * 1000))), 1)
+                    m = index.match(block_ids=q)
+                    assert np.array_equal(m.block_ids, q[: m.num_blocks])
+                    assert np.array_equal(m.metadata["address"], m.block_ids)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(THREADS)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(SECONDS + 60)
+    assert not any(th.is_alive() for th in threads), "deadlock: a request thread never finished"
+    assert not errors, errors[0]
+    index.close()
+    assert len(acked) > THREADS
+    with sarp.open(path, backend=backend, max_retrieval=0) as index:
+        for i in acked:
+            q = sarp.block_ids(sequence(i), 1)
+            assert index.match(block_ids=q).num_blocks == len(q), i
