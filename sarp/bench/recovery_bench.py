@@ -21,7 +21,7 @@ from sarp.bench.designs import DESIGNS, Setup
 from sarp.bench.disk import sequential_read
 from sarp.bench.metrics import RECOVERY_STAGES
 from sarp.bench.progress import Progress
-from sarp.bench.redis_anchor import NOT_FOUND, find_server, redis_recovery
+from sarp.bench.redis_anchor import NOT_FOUND, RedisError, find_server, redis_recovery
 from sarp.bench.replay import ENTRY_BYTES, Prepared, block_metadata
 
 RECOVERY_DESIGNS = ("sarp", "dram-blockhash", "segment-radix", "redis")
@@ -137,7 +137,10 @@ def recovery(p: Prepared, sizes: list[int], designs: list[str], backend: str, wo
                 if find_server() is None:
                     notes.append(f"Redis at {actual} blocks: n/a, {NOT_FOUND}")
                     continue
-                rows.append(_redis_row(actual, copies, base, work))
+                try:
+                    rows.append(_redis_row(actual, copies, base, work))
+                except (RedisError, OSError) as exc:
+                    notes.append(f"Redis at {actual} blocks: n/a, {exc}")
             else:
                 rows.append(_index_row(name, backend, actual, copies, base, work, durability,
                                        progress))

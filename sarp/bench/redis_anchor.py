@@ -117,13 +117,24 @@ def _server(binary: str, directory: Path, port: int) -> Iterator[subprocess.Pope
         proc.wait(timeout=30)
 
 
-def _ready(port: int, key: bytes, value: bytes, timeout: float) -> float:
+def _check_alive(proc: subprocess.Popen, directory: Path) -> None:
+    """Raise at once, with the end of its log, if the server has exited."""
+    if proc.poll() is not None:
+        log = directory / "redis.log"
+        tail = log.read_text().strip().splitlines()[-1:] if log.exists() else []
+        raise RedisError(f"redis-server exited with code {proc.returncode}: "
+                         f"{tail[0] if tail else 'no log'}")
+
+
+def _ready(proc: subprocess.Popen, directory: Path, port: int, key: bytes, value: bytes,
+           timeout: float) -> float:
     """Seconds until PING answers and GET ``key`` returns ``value`` (polling every ms)."""
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < timeout:
         try:
             c = Resp(port, timeout)
         except OSError:
+            _check_alive(proc, directory)
             time.sleep(0.001)
             continue
         try:
@@ -155,7 +166,7 @@ def redis_recovery(keys: np.ndarray, values: np.ndarray, directory: Path,
     port = _free_port()
     probe_key, probe_value = keys[len(keys) // 2 : len(keys) // 2 + 1], values[len(keys) // 2]
     with _server(binary, directory, port) as proc:
-        _wait_up(port, timeout)
+        _wait_up(proc, directory, port, timeout)
         c = Resp(port, timeout)
         t0 = time.perf_counter()
         for i in range(0, len(keys), BATCH):
@@ -171,20 +182,21 @@ def redis_recovery(keys: np.ndarray, values: np.ndarray, directory: Path,
         c.close()
         proc.wait(timeout=timeout)
     rdb = (directory / "dump.rdb").stat().st_size
-    with _server(binary, directory, port):
-        recovery = _ready(port, probe_key.astype("<u8").tobytes(), probe_value.tobytes(),
-                          timeout)
+    with _server(binary, directory, port) as proc:
+        recovery = _ready(proc, directory, port, probe_key.astype("<u8").tobytes(),
+                          probe_value.tobytes(), timeout)
     return {"load_s": t1 - t0, "save_s": t2 - t1, "recovery_s": recovery,
             "snapshot_bytes": rdb}
 
 
-def _wait_up(port: int, timeout: float) -> None:
+def _wait_up(proc: subprocess.Popen, directory: Path, port: int, timeout: float) -> None:
     """Wait until a fresh server answers PING."""
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < timeout:
         try:
             c = Resp(port, timeout)
         except OSError:
+            _check_alive(proc, directory)
             time.sleep(0.005)
             continue
         try:
