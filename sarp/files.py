@@ -1,10 +1,8 @@
-"""The index directory's numbered files (snapshots, journals) and atomic publication."""
+"""The index directory's numbered files: snapshots and journals."""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-from storage_backends.io import FileIO
 
 
 class Numbered:
@@ -30,16 +28,3 @@ class Numbered:
         found = ((self.seq(p), p) for p in directory.iterdir())
         return sorted((s, p) for s, p in found if s is not None)
 
-
-def publish(io: FileIO, path: Path, data: bytes) -> None:
-    """Write ``path`` whole or not at all: temporary file, fsync, rename, fsync of the dir."""
-    tmp = path.with_name(path.name + ".tmp")
-    f = io.open(tmp, direct=False)
-    try:
-        f.truncate(0)
-        f.pwrite(data, 0)
-        f.fsync()
-    finally:
-        f.close()
-    io.rename(tmp, path)
-    io.fsync_dir(path.parent)

@@ -25,7 +25,6 @@ from sarp.background import Worker
 from sarp.block_ids import as_block_ids, block_ids
 from sarp.config import Config, config_from_kwargs, digest_text, dumps, loads
 from sarp.errors import IndexClosedError
-from sarp.files import publish
 from sarp.insertion import insert as insert_path
 from sarp.matching import COUNTERS, MatchResult
 from sarp.matching import match as match_path
@@ -343,7 +342,7 @@ def open(path: str | os.PathLike, backend: str = "wiredtiger", *, memory_budget:
                       snapshot_every_seconds=snapshot_every_seconds,
                       snapshot_on_close=snapshot_on_close)
         if not existing:
-            publish(index.io, cfg_file, dumps(cfg).encode())
+            index.io.publish(cfg_file, dumps(cfg).encode())
         if _rebuild:
             index._publish_rebuild()
         else:

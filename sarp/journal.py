@@ -17,7 +17,7 @@ import numpy as np
 
 from sarp._core.hashing import xxh64
 from sarp.errors import RecoveryError
-from sarp.files import Numbered, publish
+from sarp.files import Numbered
 from storage_backends.io import File, FileIO
 
 MAGIC = b"SARPJRNL"
@@ -50,7 +50,7 @@ class JournalWriter:
         self.io = io
         self.path = path
         if not path.exists():  # created whole or not at all
-            publish(io, path, FILE_HEADER.pack(MAGIC, VERSION, 0, snapshot_seq))
+            io.publish(path, FILE_HEADER.pack(MAGIC, VERSION, 0, snapshot_seq))
         self._file: File = io.open(path, direct=False, create=False)
         self._offset = self._file.size()
         self.unsynced = False

@@ -16,7 +16,7 @@ import numpy as np
 
 from sarp._core.hashing import xxh64
 from sarp.errors import BadLengthError, BadMagicError, ChecksumError, UnsupportedVersionError
-from sarp.files import Numbered, publish
+from sarp.files import Numbered
 from storage_backends.io import FileIO
 
 MAGIC = b"SARPSNAP"
@@ -86,7 +86,7 @@ def write(io: FileIO, directory: Path, state: SnapshotState) -> tuple[Path, int]
     """Publish ``state`` as snapshot ``state.seq``; returns its path and size in bytes."""
     raw = encode(state)
     final = directory / FILES.name(state.seq)
-    publish(io, final, raw)
+    io.publish(final, raw)
     return final, len(raw)
 
 

@@ -20,17 +20,7 @@ _HEAD = struct.Struct("<8sI")
 def write_superblock(io: FileIO, path: Path, magic: bytes, payload: bytes) -> None:
     """Durably replace ``path`` by a superblock holding ``payload``."""
     body = _HEAD.pack(magic, len(payload)) + payload
-    data = body + struct.pack("<Q", xxh64(body))
-    tmp = path.with_name(path.name + ".tmp")
-    f = io.open(tmp, direct=False)
-    try:
-        f.truncate(0)
-        f.pwrite(data, 0)
-        f.fsync()
-    finally:
-        f.close()
-    io.rename(tmp, path)
-    io.fsync_dir(path.parent)
+    io.publish(path, body + struct.pack("<Q", xxh64(body)))
 
 
 def read_superblock(io: FileIO, path: Path, magic: bytes) -> bytes:
