@@ -247,20 +247,6 @@ class PowerLossIO(FileIO):
         self._pending.append((f.path, size, b"", old, old_size))
         super()._truncate(f, size)
 
-    def publish(self, path: str | Path, data: bytes) -> None:
-        """Write ``path`` whole or not at all: temporary file, fsync, rename, fsync of the dir."""
-        p = Path(path)
-        tmp = p.with_name(p.name + ".tmp")
-        f = self.open(tmp, direct=False)
-        try:
-            f.truncate(0)
-            f.pwrite(data, 0)
-            f.fsync()
-        finally:
-            f.close()
-        self.rename(tmp, p)
-        self.fsync_dir(p.parent)
-
     def rename(self, src: str | Path, dst: str | Path) -> None:
         self._check()
         super().rename(src, dst)

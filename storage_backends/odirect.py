@@ -1,27 +1,34 @@
 """``odirect``: records in fixed-size, block-aligned slots of one file, read with O_DIRECT.
 
 Each slot holds two versions of its record; a rewrite goes to the copy that does not hold the
-newest valid version, so a torn write leaves the old record readable. Dense keys (segment ids)
-are slot numbers, so no key index is kept in memory; sparse keys map to slots through a table
-rebuilt from the slots' own headers at open, with the free slots. Format: docs/odirect_format.txt.
+newest valid version, so a torn write leaves the old record readable. One bit per slot in memory
+says which copy is the newest, so a get reads one copy (one block for a segment record) and a
+put writes without reading first; the bits are saved at a clean close and rebuilt by a scan
+after a crash. Dense keys (segment ids) are slot numbers, so no key index is kept in memory;
+sparse keys map to slots through a table rebuilt from the slots' own headers at open, with the
+free slots. Format: docs/odirect_format.txt.
 """
 
 from __future__ import annotations
 
 import struct
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from sarp._core.hashing import xxh64
-from sarp.errors import ConfigMismatchError, CorruptionError
+from sarp.errors import BadLengthError, ConfigMismatchError, CorruptionError
 from storage_backends.base import RecordStore, claim_directory
 from storage_backends.io import FileIO, aligned_buffer, block_size, round_up
 from storage_backends.superblock import read_superblock, write_superblock
 
-HEADER_MAGIC = b"SARPODH1"
-_HEADER = struct.Struct("<BIIIB")  # key_mode, block size, max_value_size, version bytes, clean
+HEADER_MAGIC = b"SARPODH2"
+# key_mode, block size, max_value_size, version bytes, clean, next sequence number
+_HEADER = struct.Struct("<BIIIBQ")
+COPIES_MAGIC = b"SARPODC1"
+_COPIES = struct.Struct("<QQ")  # next sequence number, slots; then the newest-copy bitmap
 KEY_MODES = ("dense", "sparse")
 DENSE_KEY_LIMIT = 1 << 40
 
@@ -58,14 +65,17 @@ class ODirectStore(RecordStore):
         self._nslots = -(-self._data.size() // self._slot_bytes)
         self._slot_of: dict[int, int] = {}
         self._free: list[int] = []
-        if self._sparse or not clean:
+        #: bit s set: copy 1 of slot s holds the newest version (else copy 0, or none)
+        self._newer = bytearray()
+        if self._sparse or not clean or not self._load_copies():
             self._load_slots(repair=not clean)
         self._write_header(clean=False)
 
-    # -- header ------------------------------------------------------------------------------
+    # -- header and the saved newest-copy bits -------------------------------------------------
     def _open_header(self, key_mode: str | None, max_value_size: int | None) -> bool:
         """Read or create HEADER; returns whether the store was closed cleanly."""
         hpath = self.path / "HEADER"
+        self._next_seq = 1
         if not hpath.exists():
             self._sparse = (key_mode or "sparse") == "sparse"
             self._block = block_size(self.path)
@@ -73,8 +83,11 @@ class ODirectStore(RecordStore):
             self._max_value = mvs
             self._vbytes = round_up(mvs + VERSION_OVERHEAD, self._block)
             return True
-        mode, blk, mvs, vbytes, clean = _HEADER.unpack(read_superblock(self._io, hpath,
-                                                                       HEADER_MAGIC))
+        payload = read_superblock(self._io, hpath, HEADER_MAGIC)
+        if len(payload) != _HEADER.size:
+            raise BadLengthError(f"HEADER: payload of {len(payload)} bytes, expected "
+                                 f"{_HEADER.size}")
+        mode, blk, mvs, vbytes, clean, self._next_seq = _HEADER.unpack(payload)
         stored_mode = KEY_MODES[mode]
         if key_mode is not None and key_mode != stored_mode:
             raise ConfigMismatchError(f"key_mode={key_mode!r}, but the store at "
@@ -87,8 +100,39 @@ class ODirectStore(RecordStore):
 
     def _write_header(self, clean: bool) -> None:
         payload = _HEADER.pack(int(self._sparse), self._block, self._max_value, self._vbytes,
-                               int(clean))
+                               int(clean), self._next_seq)
         write_superblock(self._io, self.path / "HEADER", HEADER_MAGIC, payload)
+
+    def _load_copies(self) -> bool:
+        """Load the newest-copy bits saved by the last clean close; False if they are missing,
+        damaged or not of this state of the file (the caller then scans the slots)."""
+        try:
+            payload = read_superblock(self._io, self.path / "COPIES", COPIES_MAGIC)
+        except (OSError, CorruptionError):
+            return False
+        if len(payload) < _COPIES.size:
+            return False
+        seq, slots = _COPIES.unpack_from(payload)
+        bits = payload[_COPIES.size:]
+        if seq != self._next_seq or slots != self._nslots or len(bits) != -(-slots // 8):
+            return False
+        self._newer = bytearray(bits)
+        return True
+
+    def _save_copies(self) -> None:
+        payload = _COPIES.pack(self._next_seq, self._nslots) + bytes(self._newer)
+        write_superblock(self._io, self.path / "COPIES", COPIES_MAGIC, payload)
+
+    def _newest_copy(self, slot: int) -> int:
+        i = slot >> 3
+        return (self._newer[i] >> (slot & 7)) & 1 if i < len(self._newer) else 0
+
+    def _set_newest_copy(self, slot: int, copy: int) -> None:
+        i = slot >> 3
+        if i >= len(self._newer):
+            self._newer.extend(bytes(i + 1 - len(self._newer)))
+        bit = 1 << (slot & 7)
+        self._newer[i] = (self._newer[i] | bit) if copy else (self._newer[i] & ~bit)
 
     # -- versions ------------------------------------------------------------------------------
     def _parse(self, buf: Any, off: int, slot: int) -> tuple[int, int, int, int, int]:
@@ -113,28 +157,28 @@ class ODirectStore(RecordStore):
             return (0, *a[1:], bad)
         return (-1, 0, 0, 0, 0, bad)
 
-    def _read_slot(self, slot: int) -> tuple[int, int, int, int, int, int]:
-        """Read both versions of ``slot`` into the read buffer and pick the newest valid one."""
-        n = self._data.pread(self._buf, slot * self._slot_bytes) if slot < self._nslots else 0
-        if n < self._slot_bytes:
-            self._buf[n:] = bytes(self._slot_bytes - n)
-        return self._newest(self._buf, 0, slot)
+    def _read(self, slot: int, copies: int, offset: int = 0) -> None:
+        """Read ``copies`` version copies of ``slot`` from copy ``offset`` into the buffer."""
+        size = copies * self._vbytes
+        view = memoryview(self._buf)[:size]
+        n = self._data.pread(view, slot * self._slot_bytes + offset * self._vbytes) \
+            if slot < self._nslots else 0
+        if n < size:
+            view[n:] = bytes(size - n)
 
-    def _write_version(self, slot: int, copy: int, seq: int, flags: int, key: int,
-                       value: bytes) -> None:
+    def _write_version(self, slot: int, flags: int, key: int, value: bytes) -> None:
+        """Write a new version into the copy of ``slot`` that does not hold the newest one."""
+        copy = 1 - self._newest_copy(slot)
         w = self._wbuf
         end = _VERSION.size + len(value)
-        _VERSION.pack_into(w, 0, MAGIC, flags, key, seq, len(value))
+        _VERSION.pack_into(w, 0, MAGIC, flags, key, self._next_seq, len(value))
         w[_VERSION.size:end] = value
         struct.pack_into("<Q", w, end, xxh64(w[:end], slot))
         w[end + 8:] = bytes(self._vbytes - end - 8)
         self._data.pwrite(w, slot * self._slot_bytes + copy * self._vbytes)
+        self._next_seq += 1
         self._nslots = max(self._nslots, slot + 1)
-
-    def _store_at(self, slot: int, flags: int, key: int, value: bytes) -> None:
-        """Write a new version into the copy of ``slot`` that does not hold the newest one."""
-        copy, seq = self._read_slot(slot)[:2]
-        self._write_version(slot, 1 - copy if copy >= 0 else 0, seq + 1, flags, key, value)
+        self._set_newest_copy(slot, copy)
 
     def _commit(self) -> None:
         if self.durability == "sync":
@@ -163,14 +207,19 @@ class ODirectStore(RecordStore):
                 yield first + i, view, i * self._slot_bytes
 
     def _load_slots(self, repair: bool) -> None:
-        """Rebuild the sparse slot table and free list; after a crash, clear torn first writes."""
+        """Rebuild the newest-copy bits, the next sequence number and (sparse) the slot table
+        and free list from every slot; after a crash, clear torn first writes."""
         torn: list[int] = []
+        self._newer = bytearray(-(-self._nslots // 8))
         for slot, buf, off in self._iter_slots():
-            copy, _, flags, key, _, bad = self._newest(buf, off, slot)
+            copy, seq, flags, key, _, bad = self._newest(buf, off, slot)
             if bad and copy < 0:
                 if not repair:
                     raise CorruptionError(f"slots.dat: slot {slot}: no version passes its checks")
                 torn.append(slot)
+            if copy >= 0:
+                self._set_newest_copy(slot, copy)
+                self._next_seq = max(self._next_seq, seq + 1)
             if self._sparse:
                 if copy >= 0 and flags == LIVE:
                     self._slot_of[key] = slot
@@ -195,7 +244,7 @@ class ODirectStore(RecordStore):
                 if slot is None:
                     slot = self._free.pop() if self._free else self._nslots
                     self._slot_of[key] = slot
-                self._store_at(slot, LIVE, key, value)
+                self._write_version(slot, LIVE, key, value)
             self._commit()
 
     def _get_many(self, keys: list[int]) -> list[bytes | None]:
@@ -207,14 +256,23 @@ class ODirectStore(RecordStore):
         return out
 
     def _value(self, slot: int) -> bytes | None:
-        copy, _, flags, _, n, bad = self._read_slot(slot)
-        if copy < 0:
-            if bad:
-                raise CorruptionError(f"slots.dat: slot {slot}: no version passes its checks")
-            return None
+        """The slot's live value: one read of its newest copy; if that copy fails its checks
+        (corruption, or a slot never written), both copies are read and the newest valid one
+        is served, or CorruptionError raised when neither is valid."""
+        copy = self._newest_copy(slot)
+        self._read(slot, 1, copy)
+        state, _, flags, _, n = self._parse(self._buf, 0, slot)
+        start = _VERSION.size
+        if state != VALID:
+            self._read(slot, 2)
+            copy, _, flags, _, n, bad = self._newest(self._buf, 0, slot)
+            if copy < 0:
+                if bad:
+                    raise CorruptionError(f"slots.dat: slot {slot}: no version passes its checks")
+                return None
+            start += copy * self._vbytes
         if flags != LIVE:
             return None
-        start = copy * self._vbytes + _VERSION.size
         return self._buf[start:start + n]
 
     def _delete(self, key: int) -> None:
@@ -222,7 +280,7 @@ class ODirectStore(RecordStore):
             slot = self._slot(key)
             if slot is None or self._value(slot) is None:
                 return
-            self._store_at(slot, DELETED, key, b"")
+            self._write_version(slot, DELETED, key, b"")
             if self._sparse:
                 del self._slot_of[key]
                 self._free.append(slot)
@@ -249,6 +307,7 @@ class ODirectStore(RecordStore):
     def _close(self) -> None:
         with self._lock:
             self._data.fdatasync()
+            self._save_copies()
             self._write_header(clean=True)
             self._data.close()
 
@@ -260,6 +319,14 @@ class ODirectStore(RecordStore):
                 "slot_bytes": self._slot_bytes,
                 "slots": self._nslots,
                 "free_slots": len(self._free),
+                "dram_bytes": len(self._newer) + self._slot_table_bytes(),
                 "direct_io_effective": self._data.direct,
                 "io": self._io.stats(),
             }
+
+    def _slot_table_bytes(self) -> int:
+        """Bytes of the sparse key -> slot table and free list (0 in dense mode)."""
+        if not self._sparse:
+            return 0
+        return (sys.getsizeof(self._slot_of) + sys.getsizeof(self._free)
+                + len(self._slot_of) * 2 * sys.getsizeof(1 << 62))

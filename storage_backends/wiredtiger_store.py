@@ -34,6 +34,10 @@ ROLLBACK_RETRIES = 5
 # half the cache before application threads help, and keep each transaction to 2% of it.
 EVICTION = "eviction_dirty_trigger=50,eviction_updates_trigger=40"
 TXN_CACHE_FRACTION = 50
+# WiredTiger creates (and zero-fills) a log file at every open; at the default 100 MB that costs
+# about 0.1-0.3 s and 200 MB of disk, more than the rest of SARP's recovery. 4 MB files open in
+# about 10 ms; recovery still replays only the log since the last checkpoint.
+LOG_FILE_MAX = "4MB"
 # WiredTiger statistics reported by stats(), as wt_<name>.
 STATS = ("cache_bytes_inuse", "cache_bytes_max", "cache_pages_inuse", "cache_read",
          "cache_write", "cache_bytes_read", "block_read", "block_write", "block_byte_read",
@@ -64,7 +68,7 @@ class WiredTigerStore(RecordStore):
         self._cache_size = max(MIN_CACHE, memory_budget)
         self._txn_bytes = max(16 << 10, self._cache_size // TXN_CACHE_FRACTION)
         config = (f"create,cache_size={self._cache_size},session_max={SESSION_MAX},"
-                  f"log=(enabled=true,remove=true),statistics=(fast),{EVICTION},"
+                  f"log=(enabled=true,remove=true,file_max={LOG_FILE_MAX}),statistics=(fast),{EVICTION},"
                   f"checkpoint=(wait={checkpoint_seconds},log_size={checkpoint_log_bytes})")
         if self.direct_io:
             config += ",direct_io=[data,checkpoint]"
