@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sarp.bench.disk import drop_page_cache
 from storage_backends import KINDS, open_store
 
 PAGE = mmap.PAGESIZE
@@ -45,20 +46,14 @@ def available_kinds() -> list[str]:
     return kinds
 
 
+_POOL = random.Random(0).randbytes(2 << 20)
+
+
 def value_of(key: int, size: int) -> bytes:
-    """A value of ``size`` bytes naming its key (cheap to build, checkable)."""
-    return (key.to_bytes(8, "little") * (size // 8 + 1))[:size]
-
-
-def drop_page_cache(path: Path) -> None:
-    """Ask the kernel to drop cached pages of every file under ``path``."""
-    for f in path.rglob("*"):
-        if f.is_file():
-            fd = os.open(f, os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
+    """A value of ``size`` bytes: its key, then random bytes at an offset chosen by the key.
+    Cheap to build and checkable, and incompressible, so no engine gains by compressing."""
+    off = key % (len(_POOL) - size)
+    return (key.to_bytes(8, "little") + _POOL[off:off + size])[:size]
 
 
 def latency_summary(samples_ns: list[int]) -> tuple[float, float]:
@@ -163,13 +158,15 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         return "-" if x is None else format(x, fmt)
 
     lines = ["| engine | I/O | value | records | budget MiB | load rec/s | get mean us "
-             "| get p99 us | put ops/s |", "|---|---|---|---|---|---|---|---|---|"]
+             "| get p99 us | put ops/s | DRAM B/key |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        dram = r.get("stats", {}).get("dram_bytes")
         lines.append(
             f"| {r['engine']} | {'direct' if r['direct_io'] else 'buffered'} | {r['value_size']} "
             f"| {r['records']} | {r['memory_budget'] / (1 << 20):.1f} "
             f"| {num(r['load_records_per_s'], ',.0f')} | {r['get_mean_us']:.1f} "
-            f"| {r['get_p99_us']:.1f} | {num(r['put_ops_per_s'], ',.0f')} |")
+            f"| {r['get_p99_us']:.1f} | {num(r['put_ops_per_s'], ',.0f')} "
+            f"| {num(None if dram is None else dram / r['records'], '.2f')} |")
     return "\n".join(lines)
 
 

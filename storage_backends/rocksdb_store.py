@@ -4,7 +4,9 @@ Keys are stored big-endian in 8 bytes so RocksDB's byte order is ascending key o
 ``sync`` writes every batch with a synced WAL write; ``group`` writes without syncing and
 ``flush()`` syncs the WAL; ``none`` never syncs before ``close()`` (which flushes the memtables).
 The memory budget is split in half: block cache (index and filter blocks included) and
-memtables (two write buffers of a quarter each).
+memtables (two write buffers of a quarter each). Index and filters are partitioned (two-level),
+with the top level pinned: with a small cache a whole-file index block would be evicted by data
+blocks and read again, megabytes at a time, by nearly every get.
 """
 
 from __future__ import annotations
@@ -14,7 +16,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteOptions
+from rocksdict import (
+    BlockBasedIndexType,
+    BlockBasedOptions,
+    Cache,
+    Options,
+    Rdict,
+    WriteBatch,
+    WriteOptions,
+)
 
 from storage_backends.base import RecordStore, claim_directory
 
@@ -42,6 +52,10 @@ class RocksDBStore(RecordStore):
         table.set_block_cache(self._cache)
         table.set_cache_index_and_filter_blocks(True)
         table.set_bloom_filter(10, False)
+        table.set_index_type(BlockBasedIndexType.two_level_index_search())
+        table.set_partition_filters(True)
+        table.set_pin_top_level_index_and_filter(True)
+        table.set_pin_l0_filter_and_index_blocks_in_cache(True)
         opts.set_block_based_table_factory(table)
         opts.set_write_buffer_size(max(MIN_BUFFER, memory_budget // 4))
         opts.set_max_write_buffer_number(2)
@@ -51,7 +65,9 @@ class RocksDBStore(RecordStore):
             opts.set_use_direct_io_for_flush_and_compaction(True)
         self._write_opts = WriteOptions()
         self._write_opts.sync = durability == "sync"
-        self._db = Rdict(str(self.path / "db"), opts)
+        # Naming the default column family's options keeps them on reopen: without it rocksdict
+        # takes them from the OPTIONS file, which cannot hold the block cache (8 MiB default).
+        self._db = Rdict(str(self.path / "db"), opts, column_families={"default": opts})
 
     def _put_many(self, pairs: list[tuple[int, bytes]]) -> None:
         batch = WriteBatch(raw_mode=True)

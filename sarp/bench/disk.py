@@ -1,4 +1,5 @@
-"""The physical reference for recovery: sequential O_DIRECT read bandwidth of a disk."""
+"""The disk under the benchmarks: its sequential O_DIRECT read bandwidth (the physical
+reference for recovery), and dropping files from the page cache so that reads reach it."""
 
 from __future__ import annotations
 
@@ -41,3 +42,16 @@ def sequential_read(directory: Path, nbytes: int) -> dict[str, float]:
     finally:
         path.unlink(missing_ok=True)
     return {"bytes": offset, "seconds": seconds, "mb_per_s": offset / seconds / 1e6}
+
+
+def drop_page_cache(path: Path) -> None:
+    """Ask the kernel to drop the cached pages of every file under ``path`` (or of ``path``),
+    so the next read of them comes from the disk, as after a machine restart."""
+    files = [path] if path.is_file() else [f for f in path.rglob("*") if f.is_file()]
+    for f in files:
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)  # dirty pages are not dropped
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)

@@ -117,6 +117,21 @@ def test_reopen_keeps_everything(durable_kind: str, durability: str, open_kind: 
         assert s.get_many(list(expected)) == list(expected.values())
 
 
+# The cache-size statistic each engine reports, and the part of the budget it should be.
+CACHE_CAPACITY = {"wiredtiger": ("wt_cache_bytes_max", 1),
+                  "rocksdb": ("rocksdb_block_cache_capacity", 2)}
+
+
+@pytest.mark.parametrize("engine", sorted(CACHE_CAPACITY))
+def test_budget_holds_after_reopen(engine: str, tmp_path: Path) -> None:
+    stat, share = CACHE_CAPACITY[engine]
+    budget = 24 << 20
+    for _ in range(2):  # create, then reopen: the budget must not fall back to a default
+        with open_store(engine, tmp_path / "s", memory_budget=budget, durability="group") as s:
+            s.put(1, b"v")
+            assert s.stats()[stat] == budget // share
+
+
 def test_memory_reopen_starts_empty(open_kind: Any, tmp_path: Path) -> None:
     with open_kind("memory", tmp_path / "m") as s:
         s.put(1, b"x")
