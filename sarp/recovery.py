@@ -93,16 +93,14 @@ def redo_pending(index: Index, report: dict[str, Any]) -> None:
     they built: until then those entries stayed private, so nothing unverified was served."""
     d = index.directory
     t = d.table
-    n = int(t.n_entries)
-    flags = t.export()[1]
-    for e in np.flatnonzero(flags & rt.REFINING).tolist():
+    for e in np.flatnonzero(t.entry_flags() & rt.REFINING).tolist():
         d.backfills.setdefault(e, Build("refine", e))
         index.run_inline(Events(refine=[e]))
         report["redone_builds"] += 1
-    for e in np.flatnonzero(t.export()[1] & rt.REMAT).tolist():
+    for e in np.flatnonzero(t.entry_flags() & rt.REMAT).tolist():
         index.run_inline(Events(remat=[e]))
         report["redone_builds"] += 1
-    hidden = np.flatnonzero((t.export()[1][:n] & rt.VISIBLE) == 0)
+    hidden = np.flatnonzero((t.entry_flags() & rt.VISIBLE) == 0)
     t.make_visible(hidden.astype(np.int64))
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from sarp._core.hashing import xxh64
 from sarp.errors import BadLengthError, BadMagicError, ChecksumError, UnsupportedVersionError
 from sarp.files import Numbered
-from storage_backends.io import FileIO
+from storage_backends.io import FileIO, aligned_buffer, block_size, round_up
 
 MAGIC = b"SARPSNAP"
 VERSION = 1
@@ -57,7 +57,7 @@ def encode(s: SnapshotState) -> bytes:
     return body + struct.pack("<Q", xxh64(body))
 
 
-def decode(raw: bytes, name: str) -> SnapshotState:
+def decode(raw: bytes | memoryview, name: str) -> SnapshotState:
     """Parse and verify a snapshot; every fault raises a CorruptionError naming the file."""
     if len(raw) < HEADER.size + 8:
         raise BadLengthError(f"{name}: {len(raw)} bytes is shorter than a snapshot header")
@@ -100,18 +100,18 @@ class Loaded:
 
 
 def load(io: FileIO, path: Path) -> Loaded:
-    """Read and verify one snapshot file (one sequential read)."""
+    """Read and verify one snapshot file: one sequential read, with O_DIRECT where the file
+    system allows it, so a cold recovery reads at the disk's sequential bandwidth."""
     t0 = time.perf_counter()
-    f = io.open(path, direct=False, create=False)
+    f = io.open(path, direct=True, create=False)
     try:
         size = f.size()
-        buf = bytearray(size)
-        got = f.pread(buf, 0)
+        buf = aligned_buffer(round_up(size, block_size(path.parent)))
+        got = min(f.pread(buf, 0), size)
     finally:
         f.close()
-    raw = bytes(buf[:got])
     t1 = time.perf_counter()
-    state = decode(raw, path.name)
+    state = decode(memoryview(buf)[:got], path.name)
     return Loaded(state, path, got, t1 - t0, time.perf_counter() - t1)
 
 

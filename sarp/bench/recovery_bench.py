@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from sarp.bench.designs import DESIGNS, Setup
-from sarp.bench.disk import sequential_read
+from sarp.bench.disk import drop_page_cache, sequential_read
 from sarp.bench.metrics import RECOVERY_STAGES
 from sarp.bench.progress import Progress
 from sarp.bench.redis_anchor import NOT_FOUND, RedisError, find_server, redis_recovery
@@ -30,9 +30,10 @@ _MASK = (1 << 64) - 1
 NOTES = ("Recovery: from opening the persisted index (SARP: sarp.open of a snapshotted index; "
          "DRAM-BlockHash and Segment-Radix: reload of their snapshot) or starting redis-server, "
          "until it serves queries (Redis: PING, then a GET of a loaded key returns its value).",
-         "The snapshot files were just written, so they may be in the page cache; the physical "
-         "reference is the snapshot size over the sequential O_DIRECT read bandwidth of the "
-         "same disk, measured in the same run.")
+         "Before each reopen the index's files are dropped from the page cache, so recovery "
+         "reads them from the disk (Redis reads its own dump after a restart of the server); "
+         "the physical reference is the snapshot size over the sequential O_DIRECT read "
+         "bandwidth of the same disk, measured in the same run.")
 
 
 def mix(ids: np.ndarray, copy: int) -> np.ndarray:
@@ -97,6 +98,7 @@ def _index_row(name: str, backend: str, blocks: int, copies: int, base: list[np.
         snap = index.snapshot()
     finally:
         index.close()
+    drop_page_cache(path)
     reopened = design.open(path, setup)
     rec = dict(reopened.recovery)
     reopened.close()
