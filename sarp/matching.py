@@ -1,8 +1,11 @@
-"""The matching path (paper 4.1; DESIGN.md section 3), one query window at a time.
+"""The matching path (paper 4.1; DESIGN.md section 3): the window-by-window driver.
 
-For window w: approximate routing (deepest routing point first), pre-retrieval filtering,
-retrieval and post-retrieval verification of the selected segments. Nothing is returned that
-verification did not confirm: block IDs are compared from the window start.
+Each window runs in compiled code (``sarp._core.window.WindowMatcher``): approximate routing,
+pre-retrieval filtering, retrieval and post-retrieval verification, calling back into Python
+only to read a segment from the store. Candidates are retrieved level by level (matched filter
+fields, descending) and newest segment first within a level; retrieval stops once the verified
+match reaches the best remaining potential, the window's end, or MaxRetrieval. Nothing is
+returned that verification did not confirm.
 """
 
 from __future__ import annotations
@@ -12,14 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from sarp._core.verify import common_prefix
+from sarp._core.window import COUNTERS, WindowMatcher
 from sarp.config import Config
-from sarp.filtering import potential_end, select
 from sarp.routing import RoutingDirectory
 from sarp.segments import SegmentStore
 
-COUNTERS = ("windows", "routing_probes", "candidates_before", "candidates_after",
-            "segments_retrieved", "blocks_verified")
+__all__ = ["COUNTERS", "MatchResult", "WindowMatch", "match", "match_window", "matcher"]
 
 
 @dataclass
@@ -39,56 +40,43 @@ class WindowMatch:
     segment: Any  # the decoded segment that verified it, or None
 
 
+def matcher(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: np.ndarray,
+            max_retrieval: int) -> WindowMatcher:
+    """The per-window matcher of query ``q`` (block IDs); ``max_retrieval`` 0 is unbounded."""
+    return WindowMatcher(directory.table, segments.read, q, cfg.segment_blocks,
+                         directory.probe_offsets, n_fields=cfg.filter_fields,
+                         bits=cfg.field_bits, stride=cfg.stride, filtering=cfg.filtering,
+                         max_retrieval=max_retrieval)
+
+
 def match_window(cfg: Config, directory: RoutingDirectory, segments: SegmentStore,
                  q: np.ndarray, ws: int, max_retrieval: int, st: dict[str, int]) -> WindowMatch:
-    """The longest verified match of ``q`` in the window starting at ``ws``."""
-    n = len(q)
-    we = min(ws + cfg.segment_blocks, n)
-    st["windows"] += 1
-    entry, p, probes = directory.route(q, ws, we)
-    st["routing_probes"] += probes
-    if entry < 0:
-        return WindowMatch(ws, None)
-    segs, filters = directory.table.refs(entry)
-    st["candidates_before"] += len(segs)
-    fq = directory.filter_at(q, p, we)
-    order, fields = select(cfg, filters, fq, max_retrieval if max_retrieval > 0 else -1)
-    if len(fields):
-        st["candidates_after"] += int(np.count_nonzero(fields == fields[0]))
-    best = WindowMatch(ws, None)
-    for idx, k in zip(order.tolist(), fields.tolist(), strict=True):
-        if best.end >= potential_end(cfg, p, k, we):
-            break
-        seg = segments.read(int(segs[idx]))
-        st["segments_retrieved"] += 1
-        if seg is None or seg.start != ws:
-            continue
-        length = common_prefix(q, ws, seg.block_ids, 0, we - ws)
-        st["blocks_verified"] += length
-        if ws + length > best.end:
-            best = WindowMatch(ws + length, seg)
-            if best.end >= we:
-                break
-    return best
+    """The longest verified match of ``q`` in the window starting at ``ws``; adds the window's
+    counters to ``st``."""
+    m = matcher(cfg, directory, segments, q, max_retrieval)
+    end, seg = m.match(ws)
+    for k, v in m.stats().items():
+        st[k] += v
+    return WindowMatch(end, seg)
 
 
 def match(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: np.ndarray,
           max_retrieval: int) -> MatchResult:
     """Match ``q`` window by window while each window matches to its end."""
-    st = dict.fromkeys(COUNTERS, 0)
+    m = matcher(cfg, directory, segments, q, max_retrieval)
     n = len(q)
     pos = 0
     parts = []
     while pos < n:
-        w = match_window(cfg, directory, segments, q, pos, max_retrieval, st)
-        if w.segment is None or w.end == pos:
+        end, seg = m.match(pos)
+        if seg is None or end == pos:
             break
-        parts.append(w.segment.metadata[: w.end - pos])
-        full = w.end == pos + cfg.segment_blocks
-        pos = w.end
+        parts.append(seg.metadata[: end - pos])
+        full = end == pos + cfg.segment_blocks
+        pos = end
         if not full:
             break
     dtype = cfg.metadata_dtype
     meta = (np.concatenate(parts) if parts else np.zeros((0, cfg.meta_width), np.uint8))
     metadata = np.ascontiguousarray(meta).view(dtype).reshape(-1)
-    return MatchResult(pos, pos * cfg.block_size, q[:pos].copy(), metadata, st)
+    return MatchResult(pos, pos * cfg.block_size, q[:pos].copy(), metadata, m.stats())

@@ -36,6 +36,11 @@ def matched_fields(a: int, b: int, n_fields: int = 8, bits: int = 8) -> int:
     """How many leading fields ``a`` and ``b`` have equal."""
 
 def candidate_order(
-    filters: npt.NDArray[np.uint64], fq: int, limit: int, n_fields: int = 8, bits: int = 8
+    filters: npt.NDArray[np.uint64],
+    fq: int,
+    limit: int,
+    n_fields: int = 8,
+    bits: int = 8,
+    segs: npt.NDArray[np.uint64] | None = None,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
     """Indexes into the sorted list in Algorithm 1's selection order, and their matched fields."""

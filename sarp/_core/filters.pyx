@@ -10,9 +10,16 @@ import numpy as np
 
 from libc.stdint cimport int32_t, int64_t, uint64_t
 
-
-cdef extern from "xxh64.h" nogil:
-    uint64_t sarp_xxh64_u64s(const uint64_t* v, size_t n, uint64_t seed)
+from sarp._core.filters cimport (
+    Selection,
+    best,
+    exists,
+    leading_fields,
+    pack,
+    selection_init,
+    selection_next,
+    top_mask,
+)
 
 
 cdef int check_layout(int n_fields, int bits) except -1:
@@ -23,83 +30,8 @@ cdef int check_layout(int n_fields, int bits) except -1:
     return 0
 
 
-cdef inline uint64_t top_mask(int k, int bits) noexcept nogil:
-    """Mask of the top k*bits bits."""
-    if k == 0:
-        return 0
-    return (~<uint64_t>0) << (64 - k * bits)
-
-
-cdef inline Py_ssize_t lower_bound(const uint64_t[::1] a, uint64_t x) noexcept nogil:
-    """First index i with a[i] >= x."""
-    cdef Py_ssize_t lo = 0, hi = a.shape[0], mid
-    while lo < hi:
-        mid = lo + (hi - lo) // 2
-        if a[mid] < x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-cdef inline Py_ssize_t upper_bound(const uint64_t[::1] a, uint64_t x) noexcept nogil:
-    """First index i with a[i] > x."""
-    cdef Py_ssize_t lo = 0, hi = a.shape[0], mid
-    while lo < hi:
-        mid = lo + (hi - lo) // 2
-        if a[mid] <= x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-cdef inline bint exists(const uint64_t[::1] filters, uint64_t fq, int k, int bits) noexcept nogil:
-    cdef uint64_t mask = top_mask(k, bits)
-    cdef uint64_t fmin = fq & mask
-    cdef Py_ssize_t i = lower_bound(filters, fmin)
-    return i < filters.shape[0] and filters[i] <= (fmin | ~mask)
-
-
-cdef inline int best(const uint64_t[::1] filters, uint64_t fq, int n_fields, int bits) noexcept nogil:
-    """Largest k in [0, n_fields] with exists(k), or -1 for an empty list (binary search on k)."""
-    if filters.shape[0] == 0:
-        return -1
-    cdef int lo = 0, hi = n_fields, mid
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if exists(filters, fq, mid, bits):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-cdef inline int leading_fields(uint64_t a, uint64_t b, int n_fields, int bits) noexcept nogil:
-    cdef uint64_t x = a ^ b
-    cdef int i
-    for i in range(n_fields):
-        if x >> (64 - (i + 1) * bits) != 0:
-            return i
-    return n_fields
-
-
-cdef inline uint64_t pack(
-    const uint64_t[::1] ids, Py_ssize_t p, Py_ssize_t end, int n_fields, int bits, Py_ssize_t stride
-) noexcept nogil:
-    cdef uint64_t mask = (<uint64_t>1 << bits) - 1
-    cdef uint64_t f = 0
-    cdef Py_ssize_t lo, hi
-    cdef int i
-    if end > p + n_fields * stride:
-        end = p + n_fields * stride
-    for i in range(n_fields):
-        lo = p + i * stride
-        if lo >= end:
-            break
-        hi = lo + stride if lo + stride < end else end
-        f |= (sarp_xxh64_u64s(&ids[lo], <size_t>(hi - lo), 0) & mask) << (64 - (i + 1) * bits)
-    return f
+cdef inline const uint64_t* data(const uint64_t[::1] a) noexcept nogil:
+    return &a[0] if a.shape[0] else NULL
 
 
 cdef int check_span(Py_ssize_t n, Py_ssize_t end, Py_ssize_t stride) except -1:
@@ -130,7 +62,7 @@ def region_filter(
         raise ValueError(f"p must be in [0, end={end}], got {p}")
     cdef uint64_t f
     with nogil:
-        f = pack(block_ids, p, end, n_fields, bits, stride)
+        f = pack(data(block_ids), p, end, n_fields, bits, stride)
     return f
 
 
@@ -153,7 +85,7 @@ def filters_at(
             if positions[i] < 0 or positions[i] > end:
                 bad = i
                 break
-            f[i] = pack(block_ids, <Py_ssize_t>positions[i], end, n_fields, bits, stride)
+            f[i] = pack(data(block_ids), <Py_ssize_t>positions[i], end, n_fields, bits, stride)
     if bad >= 0:
         raise ValueError(f"positions[{bad}] = {positions[bad]} is outside [0, end={end}]")
     return out
@@ -175,7 +107,7 @@ def exists_match(const uint64_t[::1] filters not None, uint64_t fq, int k, int n
         raise ValueError(f"k must be in [0, {n_fields}], got {k}")
     cdef bint found
     with nogil:
-        found = exists(filters, fq, k, bits)
+        found = exists(data(filters), filters.shape[0], fq, k, bits)
     return found
 
 
@@ -187,7 +119,7 @@ def best_fields(const uint64_t[::1] filters not None, uint64_t fq, int n_fields=
     check_layout(n_fields, bits)
     cdef int k
     with nogil:
-        k = best(filters, fq, n_fields, bits)
+        k = best(data(filters), filters.shape[0], fq, n_fields, bits)
     return k
 
 
@@ -198,44 +130,34 @@ def matched_fields(uint64_t a, uint64_t b, int n_fields=8, int bits=8):
 
 
 def candidate_order(
-    const uint64_t[::1] filters not None, uint64_t fq, Py_ssize_t limit, int n_fields=8, int bits=8
+    const uint64_t[::1] filters not None, uint64_t fq, Py_ssize_t limit, int n_fields=8, int bits=8,
+    const uint64_t[::1] segs=None,
 ):
     """Indexes into the sorted list in Algorithm 1's selection order, and their matched fields.
 
     First every filter sharing k* leading fields with ``fq``, then those sharing exactly k*-1,
-    and so on down to 0; ascending index within a level; at most ``limit`` (< 0: all). Each
-    level is the part of the range [F_min(k), F_max(k)] outside the next level's range.
+    and so on down to 0; at most ``limit`` (< 0: all). Within a level, the largest segment id
+    of ``segs`` (the list's segment ids, unique) first, or ascending index without ``segs``.
+    This is the order the window kernel (sarp._core.window) retrieves candidates in.
     """
     check_layout(n_fields, bits)
     cdef Py_ssize_t n = filters.shape[0]
+    if segs is not None and segs.shape[0] != n:
+        raise ValueError(f"segs must have one id per filter ({n}), got {segs.shape[0]}")
     cdef Py_ssize_t total = n if limit < 0 or limit > n else limit
     order = np.empty(total, dtype=np.int64)
     matched = np.empty(total, dtype=np.int32)
     cdef int64_t[::1] idx = order
     cdef int32_t[::1] fields = matched
-    cdef Py_ssize_t out = 0, lo, hi, prev_lo = 0, prev_hi = 0, j
-    cdef uint64_t mask
+    cdef Selection sel
+    cdef Py_ssize_t out = 0, i
     cdef int k
+    cdef const uint64_t* ids = data(segs) if segs is not None else NULL
     with nogil:
-        k = best(filters, fq, n_fields, bits)
-        if k >= 0:
-            prev_lo = prev_hi = lower_bound(filters, fq & top_mask(k, bits))
-        while k >= 0 and out < total:
-            mask = top_mask(k, bits)
-            lo = lower_bound(filters, fq & mask)
-            hi = upper_bound(filters, (fq & mask) | ~mask)
-            j = lo
-            while j < prev_lo and out < total:
-                idx[out] = j
-                fields[out] = k
-                out += 1
-                j += 1
-            j = prev_hi
-            while j < hi and out < total:
-                idx[out] = j
-                fields[out] = k
-                out += 1
-                j += 1
-            prev_lo, prev_hi = lo, hi
-            k -= 1
+        selection_init(&sel, data(filters), ids, n, fq, n_fields, bits, True)
+        while out < total:
+            i = selection_next(&sel, &k)
+            idx[out] = i
+            fields[out] = k
+            out += 1
     return order, matched

@@ -79,3 +79,27 @@ def test_reopen_rebuilds_the_directory_from_segments(tmp_path):
         assert index.config.segment_blocks == SMALL["segment_blocks"]
     assert after == before
     assert all(b == len(full) // 2 for b, (_, full) in zip(before, workload, strict=True))
+
+
+def test_full_field_ties_go_newest_first_and_stay_verified(tmp_path):
+    """Three segments share a window's first L_max blocks, so their filters at p0 are identical
+    and (pruned at p0) p0 is the only routing point. The newest is read first: one retrieval
+    when it is the longest; a shorter but verified match when MaxRetrieval cuts off the longest;
+    the exact match when MaxRetrieval is unbounded."""
+    cfg = dict(block_size=1, segment_blocks=8, routing_points=2, filter_fields=4,
+               field_bits=16, stride=1, pruning_threshold=3)
+    base = list(range(100, 105))
+    seqs = [np.array(base + tail) for tail in ([1, 2, 3], [4, 5, 6], [7, 8, 9])]
+    with sarp.open(tmp_path / "i", backend="memory", background=False, **cfg) as index:
+        for s in seqs:
+            index.insert(tokens=s)
+        assert index.stats()["routing_entries"] == 1
+        newest = index.match(tokens=seqs[2], max_retrieval=1)
+        assert newest.num_blocks == 8 and newest.stats["segments_retrieved"] == 1
+        assert newest.stats["candidates_after"] == 1
+        oldest = index.match(tokens=seqs[0], max_retrieval=1)
+        assert oldest.num_blocks == 5 and oldest.stats["segments_retrieved"] == 1
+        assert np.array_equal(oldest.block_ids, sarp.block_ids(seqs[0], 1)[:5])
+        exact = index.match(tokens=seqs[0], max_retrieval=0)
+        assert exact.num_blocks == 8 and exact.stats["segments_retrieved"] == 3
+        assert exact.stats["candidates_after"] == 3

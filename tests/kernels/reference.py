@@ -78,14 +78,17 @@ def best_fields(filters: list[int], fq: int, n_fields: int = 8, bits: int = 8) -
 
 
 def candidate_order(
-    filters: list[int], fq: int, limit: int, n_fields: int = 8, bits: int = 8
+    filters: list[int], fq: int, limit: int, n_fields: int = 8, bits: int = 8,
+    segs: list[int] | None = None,
 ) -> tuple[list[int], list[int]]:
-    """Every candidate by matched fields descending, then index ascending; at most limit."""
-    scored = [(-matched_fields(f, fq, n_fields, bits), i) for i, f in enumerate(filters)]
+    """Every candidate by matched fields descending, then segment id descending (index ascending
+    without segs); at most limit."""
+    scored = [(-matched_fields(f, fq, n_fields, bits), -segs[i] if segs else i, i)
+              for i, f in enumerate(filters)]
     scored.sort()
     if limit >= 0:
         scored = scored[:limit]
-    return [i for _, i in scored], [-m for m, _ in scored]
+    return [i for _, _, i in scored], [-m for m, _, _ in scored]
 
 
 def common_prefix(a, a_off: int, b, b_off: int, limit: int = -1) -> int:
@@ -125,3 +128,58 @@ def decode_segment(buf: bytes) -> tuple[int, int, int, int, list[int], bytes]:
     ids = list(struct.unpack_from(f"<{n}Q", buf, HEADER.size))
     meta = buf[HEADER.size + 8 * n : HEADER.size + 8 * n + n * width]
     return sid, start, n, width, ids, meta
+
+
+WINDOW_COUNTERS = ("windows", "routing_probes", "candidates_before", "candidates_after",
+                   "segments_retrieved", "blocks_verified")
+
+
+def match_window(probe, refs, read, q: list[int], ws: int, window_blocks: int,
+                 offsets: list[int], n_fields: int = 8, bits: int = 8, stride: int = 2,
+                 filtering: bool = True, max_retrieval: int = 3):
+    """(end, segment, counters) of one window, DESIGN.md section 3 step by step: route at the
+    first offset (deepest first) whose key hits; rank the whole list by matched fields, then
+    newest segment; read and verify in that order until the verified match reaches the next
+    candidate's potential or the window end, at most max_retrieval reads (0: all)."""
+    st = dict.fromkeys(WINDOW_COUNTERS, 0)
+    st["windows"] = 1
+    we = min(ws + window_blocks, len(q))
+    entry, p = -1, -1
+    for o in offsets:
+        if ws + o >= we:
+            continue
+        st["routing_probes"] += 1
+        entry = probe(q[ws + o])
+        if entry >= 0:
+            p = ws + o
+            break
+    if entry < 0:
+        return ws, None, st
+    segs, filters = (list(map(int, a)) for a in refs(entry))
+    st["candidates_before"] = len(segs)
+    if filtering:
+        fq = region_filter(q, p, we, n_fields, bits, stride)
+        fields = [matched_fields(f, fq, n_fields, bits) for f in filters]
+    else:
+        fields = [n_fields] * len(segs)
+    ranked = sorted(range(len(segs)), key=lambda i: (-fields[i], -segs[i]))
+    if max_retrieval > 0:
+        ranked = ranked[:max_retrieval]
+    st["candidates_after"] = sum(fields[i] == fields[ranked[0]] for i in ranked) if ranked else 0
+    best_end, best = ws, None
+    for i in ranked:
+        k = fields[i]
+        potential = we if k >= n_fields else min(we, p + (k + 1) * stride - 1)
+        if best_end >= potential:
+            break
+        seg = read(segs[i])
+        st["segments_retrieved"] += 1
+        if seg is None or seg.start != ws:
+            continue
+        length = common_prefix(q, ws, [int(b) for b in seg.block_ids], 0, we - ws)
+        st["blocks_verified"] += length
+        if ws + length > best_end:
+            best_end, best = ws + length, seg
+        if best_end >= we:
+            break
+    return best_end, best, st

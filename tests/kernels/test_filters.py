@@ -171,6 +171,27 @@ def test_candidate_order_matches_reference(case, limit):
     assert (order.tolist(), matched.tolist()) == ref.candidate_order(filters.tolist(), fq, limit)
 
 
+@given(posting_lists(), st.integers(-3, 40), st.randoms(use_true_random=False))
+def test_candidate_order_newest_first_matches_reference(case, limit, rnd):
+    filters, fq = case
+    segs = rnd.sample(range(2**64 - 40, 2**64), len(filters)) if rnd.random() < 0.2 \
+        else rnd.sample(range(100), len(filters))
+    order, matched = candidate_order(filters, fq, limit, segs=u64(segs))
+    assert (order.tolist(), matched.tolist()) == ref.candidate_order(
+        filters.tolist(), fq, limit, segs=segs)
+
+
+def test_candidate_order_ties_go_newest_first():
+    # three identical filters (a pruned entry's typical list), one differing in the last field
+    fq = 0x0102030405060708
+    filters = u64([fq - 1, fq, fq, fq])
+    order, matched = candidate_order(filters, fq, -1, segs=u64([9, 4, 7, 5]))
+    assert order.tolist() == [2, 3, 1, 0] and matched.tolist() == [8, 8, 8, 7]
+    assert candidate_order(filters, fq, 1, segs=u64([9, 4, 7, 5]))[0].tolist() == [2]
+    with pytest.raises(ValueError, match="segs"):
+        candidate_order(filters, fq, -1, segs=u64([1, 2]))
+
+
 def test_empty_posting_list():
     empty = u64([])
     assert best_fields(empty, 123) == -1

@@ -1,0 +1,178 @@
+# The packed-filter primitives and Algorithm 1's candidate selection, shared (cimported) by
+# filters.pyx and window.pyx. Everything works on raw pointers and runs without the GIL.
+
+from libc.stdint cimport uint64_t
+
+
+cdef extern from "xxh64.h" nogil:
+    uint64_t sarp_xxh64_u64s(const uint64_t* v, size_t n, uint64_t seed)
+
+
+cdef inline uint64_t top_mask(int k, int bits) noexcept nogil:
+    """Mask of the top k*bits bits."""
+    if k == 0:
+        return 0
+    return (~<uint64_t>0) << (64 - k * bits)
+
+
+cdef inline Py_ssize_t lower_bound(const uint64_t* a, Py_ssize_t n, uint64_t x) noexcept nogil:
+    """First index i with a[i] >= x in the sorted a[0:n]."""
+    cdef Py_ssize_t lo = 0, hi = n, mid
+    while lo < hi:
+        mid = lo + (hi - lo) // 2
+        if a[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+cdef inline Py_ssize_t upper_bound(const uint64_t* a, Py_ssize_t n, uint64_t x) noexcept nogil:
+    """First index i with a[i] > x in the sorted a[0:n]."""
+    cdef Py_ssize_t lo = 0, hi = n, mid
+    while lo < hi:
+        mid = lo + (hi - lo) // 2
+        if a[mid] <= x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+cdef inline bint exists(const uint64_t* filters, Py_ssize_t n, uint64_t fq, int k,
+                        int bits) noexcept nogil:
+    """Algorithm 1 ExistsMatch: some filter lies in [F_min(k), F_max(k)]."""
+    cdef uint64_t mask = top_mask(k, bits)
+    cdef uint64_t fmin = fq & mask
+    cdef Py_ssize_t i = lower_bound(filters, n, fmin)
+    return i < n and filters[i] <= (fmin | ~mask)
+
+
+cdef inline int best(const uint64_t* filters, Py_ssize_t n, uint64_t fq, int n_fields,
+                     int bits) noexcept nogil:
+    """Largest k in [0, n_fields] with exists(k), or -1 for an empty list (binary search on k)."""
+    if n == 0:
+        return -1
+    cdef int lo = 0, hi = n_fields, mid
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if exists(filters, n, fq, mid, bits):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+cdef inline int leading_fields(uint64_t a, uint64_t b, int n_fields, int bits) noexcept nogil:
+    cdef uint64_t x = a ^ b
+    cdef int i
+    for i in range(n_fields):
+        if x >> (64 - (i + 1) * bits) != 0:
+            return i
+    return n_fields
+
+
+cdef inline uint64_t pack(const uint64_t* ids, Py_ssize_t p, Py_ssize_t end, int n_fields,
+                          int bits, Py_ssize_t stride) noexcept nogil:
+    """The packed filter at ``p`` from the blocks ids[p:end] (regions past end are 0)."""
+    cdef uint64_t mask = (<uint64_t>1 << bits) - 1
+    cdef uint64_t f = 0
+    cdef Py_ssize_t lo, hi
+    cdef int i
+    if end > p + n_fields * stride:
+        end = p + n_fields * stride
+    for i in range(n_fields):
+        lo = p + i * stride
+        if lo >= end:
+            break
+        hi = lo + stride if lo + stride < end else end
+        f |= (sarp_xxh64_u64s(&ids[lo], <size_t>(hi - lo), 0) & mask) << (64 - (i + 1) * bits)
+    return f
+
+
+# -- Algorithm 1's selection order, produced one candidate at a time ----------------------------
+#
+# Level k holds the candidates whose filter shares exactly k leading fields with the query's:
+# the range [F_min(k), F_max(k)] of the sorted list minus level k+1's range. Levels are visited
+# from k* down; within a level the candidate with the largest segment id (the newest segment)
+# comes first. Without segment ids (segs == NULL), ascending list index. Segment ids are unique
+# within a list, so "the largest id below the last one taken" walks a level without a buffer:
+# O(level size) per candidate, nothing next to the segment read that follows each one.
+
+cdef struct Selection:
+    const uint64_t* filters
+    const uint64_t* segs
+    Py_ssize_t n
+    uint64_t fq
+    int bits
+    int k  # the current level; below k_min: exhausted
+    int k_min  # the last level (n_fields without filtering: one level of everything)
+    Py_ssize_t lo, hi, inner_lo, inner_hi  # level k = [lo, inner_lo) + [inner_hi, hi)
+    bint started  # a candidate of level k was taken ...
+    uint64_t last  # ... and this was its key
+
+
+cdef inline void level_range(Selection* s) noexcept nogil:
+    cdef uint64_t mask = top_mask(s.k, s.bits)
+    s.lo = lower_bound(s.filters, s.n, s.fq & mask)
+    s.hi = upper_bound(s.filters, s.n, (s.fq & mask) | ~mask)
+
+
+cdef inline Py_ssize_t selection_init(Selection* s, const uint64_t* filters, const uint64_t* segs,
+                                      Py_ssize_t n, uint64_t fq, int n_fields, int bits,
+                                      bint filtering) noexcept nogil:
+    """Start the walk; returns the size of the first level (the candidates sharing k* fields)."""
+    s.filters, s.segs, s.n, s.fq, s.bits = filters, segs, n, fq, bits
+    s.started = False
+    s.last = 0
+    s.lo = s.hi = s.inner_lo = s.inner_hi = 0
+    if n == 0:
+        s.k, s.k_min = -1, 0
+        return 0
+    if not filtering:
+        s.k = s.k_min = n_fields
+        s.lo, s.hi = 0, n
+        s.inner_lo = s.inner_hi = 0
+        return n
+    s.k = best(filters, n, fq, n_fields, bits)
+    s.k_min = 0
+    level_range(s)
+    s.inner_lo = s.inner_hi = s.lo
+    return s.hi - s.lo
+
+
+cdef inline uint64_t selection_key(const Selection* s, Py_ssize_t i) noexcept nogil:
+    return s.segs[i] if s.segs != NULL else <uint64_t>(s.n - 1 - i)
+
+
+cdef inline Py_ssize_t newest_in(const Selection* s, Py_ssize_t a, Py_ssize_t b,
+                                 Py_ssize_t found, uint64_t* top) noexcept nogil:
+    """The untaken candidate of [a, b) with the largest key, if above ``found``'s (``top``)."""
+    cdef Py_ssize_t i
+    cdef uint64_t key
+    for i in range(a, b):
+        key = selection_key(s, i)
+        if (not s.started or key < s.last) and (found < 0 or key > top[0]):
+            found = i
+            top[0] = key
+    return found
+
+
+cdef inline Py_ssize_t selection_next(Selection* s, int* k) noexcept nogil:
+    """The next candidate's list index (its level in ``k``), or -1 when none is left."""
+    cdef Py_ssize_t found
+    cdef uint64_t top = 0
+    while s.k >= s.k_min:
+        found = newest_in(s, s.lo, s.inner_lo, -1, &top)
+        found = newest_in(s, s.inner_hi, s.hi, found, &top)
+        if found >= 0:
+            s.started = True
+            s.last = top
+            k[0] = s.k
+            return found
+        s.k -= 1
+        if s.k >= s.k_min:
+            s.inner_lo, s.inner_hi = s.lo, s.hi
+            level_range(s)
+            s.started = False
+    return -1

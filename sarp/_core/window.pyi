@@ -1,0 +1,40 @@
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+COUNTERS: tuple[str, ...]
+
+class _Table(Protocol):
+    def probe(self, key: int) -> int: ...
+    def refs(self, entry: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]: ...
+
+class WindowMatcher:
+    """The per-window loop of one query over a routing table and a segment store's read."""
+
+    windows: int
+    routing_probes: int
+    candidates_before: int
+    candidates_after: int
+    segments_retrieved: int
+    blocks_verified: int
+
+    def __init__(
+        self,
+        table: _Table,
+        read: Callable[[int], Any],
+        q: npt.NDArray[np.uint64],
+        window_blocks: int,
+        probe_offsets: Sequence[int] | npt.NDArray[np.int64],
+        *,
+        n_fields: int = 8,
+        bits: int = 8,
+        stride: int = 2,
+        filtering: bool = True,
+        max_retrieval: int = 3,
+    ) -> None: ...
+    def match(self, ws: int) -> tuple[int, Any]:
+        """(end, segment): the longest verified match in the window starting at ``ws``."""
+    def stats(self) -> dict[str, int]:
+        """The counters by name."""

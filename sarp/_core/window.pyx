@@ -1,0 +1,192 @@
+"""The matching path's per-window loop (paper 4.1, 4.3; DESIGN.md section 3).
+
+For the query window [ws, we), we = min(ws + S, n):
+
+1. Approximate routing: probe K(p) at the window's routing points, deepest first, skipping
+   points at or past we; the first hit gives the posting list C(p).
+2. Pre-retrieval filtering (Algorithm 1): the query filter at p, then the candidates of C(p) by
+   level, k* matched leading fields first (filters.pxd ``Selection``).
+3. Retrieval and post-retrieval verification: read each selected segment and compare its block
+   IDs with the query's from ws. Nothing counts as matched that verification did not confirm.
+
+Selection order and stopping. A candidate whose first mismatching field is k+1 can match at
+most to p + (k+1)*stride - 1 (its potential end); one that matches all N fields, up to we
+(pruned routing points route through p, so the filter says nothing past p + L_max). Levels are
+taken in decreasing potential, and retrieval stops once the verified match reaches the next
+candidate's potential, reaches we, or MaxRetrieval segments were read. Within a level every
+candidate has the same potential, and the newest segment (largest segment id) goes first: it
+is the most recent branch from the shared prefix, which on agent traces is the one the next turn
+continues (docs/architecture.md has the measurement). The tie order only decides which candidates
+MaxRetrieval reaches: nothing unverified is returned, and with MaxRetrieval unbounded every
+candidate whose potential exceeds the verified match is read, so the result equals exact
+longest-prefix matching within the window.
+
+Only two kinds of call leave compiled code: the routing table's probe/refs lookups (in-memory,
+with the GIL held) and ``read``, the segment store's read of one segment. Filtering, selection
+and verification run with the GIL released.
+"""
+
+import numpy as np
+
+cimport numpy as cnp
+from libc.stdint cimport int64_t, uint64_t
+
+from sarp._core.filters cimport Selection, pack, selection_init, selection_next
+
+cnp.import_array()
+
+#: the per-query counters, in the order ``WindowMatcher.stats`` reports them
+COUNTERS = ("windows", "routing_probes", "candidates_before", "candidates_after",
+            "segments_retrieved", "blocks_verified")
+
+
+cdef cnp.ndarray u64_array(object x, str name):
+    """``x`` (no copy) if it is a 1-D C-contiguous native uint64 ndarray, else TypeError."""
+    if not cnp.PyArray_Check(x):
+        raise TypeError(f"{name} must be a numpy uint64 array, got {type(x).__name__}")
+    cdef cnp.ndarray a = <cnp.ndarray>x
+    if not (cnp.PyArray_ISUNSIGNED(a) and cnp.PyArray_ITEMSIZE(a) == 8
+            and cnp.PyArray_ISNOTSWAPPED(a) and cnp.PyArray_NDIM(a) == 1
+            and cnp.PyArray_IS_C_CONTIGUOUS(a)):
+        raise TypeError(f"{name} must be a 1-D C-contiguous uint64 array, got dtype {a.dtype} "
+                        f"and shape {(<object>a).shape}")
+    return a
+
+
+cdef inline const uint64_t* u64_data(cnp.ndarray a) noexcept:
+    return <const uint64_t*>cnp.PyArray_DATA(a)
+
+
+cdef struct Window:
+    Py_ssize_t ws, we, p  # the window and its routing point
+    Py_ssize_t best_end  # exclusive end of the longest verified match so far
+    Py_ssize_t retrieved, total  # segments read; the most that may be read
+
+
+cdef class WindowMatcher:
+    """The per-window loop of one query ``q`` (block IDs) over a routing table and a segment
+    store's ``read(segment_id) -> Segment | None``. Keeps the query's counters."""
+
+    cdef object _probe, _refs, _read
+    cdef cnp.ndarray _q, _offsets
+    cdef const uint64_t* q
+    cdef Py_ssize_t n, window_blocks, stride, max_retrieval
+    cdef int n_fields, bits
+    cdef bint filtering
+    cdef public int64_t windows, routing_probes, candidates_before, candidates_after
+    cdef public int64_t segments_retrieved, blocks_verified
+
+    def __init__(self, table, read, q, Py_ssize_t window_blocks, probe_offsets, *,
+                 int n_fields=8, int bits=8, Py_ssize_t stride=2, bint filtering=True,
+                 Py_ssize_t max_retrieval=3):
+        """``probe_offsets``: routing-point offsets within a window, deepest first;
+        ``max_retrieval`` 0 means unbounded."""
+        if n_fields < 1 or bits < 1 or bits > 32 or n_fields * bits != 64:
+            raise ValueError(f"n_fields * bits must be 64 with bits in 1..32, got "
+                             f"n_fields={n_fields}, bits={bits}")
+        if window_blocks < 1 or stride < 1 or max_retrieval < 0:
+            raise ValueError("window_blocks and stride must be positive and max_retrieval "
+                             f"non-negative, got {window_blocks}, {stride}, {max_retrieval}")
+        self._offsets = np.ascontiguousarray(probe_offsets, dtype=np.int64)
+        if self._offsets.ndim != 1 or ((self._offsets < 0) | (self._offsets >= window_blocks)).any():
+            raise ValueError(f"probe_offsets must lie in [0, {window_blocks})")
+        self._probe, self._refs, self._read = table.probe, table.refs, read
+        self._q = u64_array(q, "q")
+        self.q = u64_data(self._q)
+        self.n = cnp.PyArray_DIM(self._q, 0)
+        self.window_blocks, self.stride, self.max_retrieval = window_blocks, stride, max_retrieval
+        self.n_fields, self.bits, self.filtering = n_fields, bits, filtering
+
+    def stats(self):
+        """The counters by name (``COUNTERS``)."""
+        return dict(zip(COUNTERS, (self.windows, self.routing_probes, self.candidates_before,
+                                   self.candidates_after, self.segments_retrieved,
+                                   self.blocks_verified)))
+
+    cdef Py_ssize_t route(self, Window* w) except -2:
+        """Approximate routing: the entry of the deepest routing point that hits, or -1."""
+        cdef const int64_t* off = <const int64_t*>cnp.PyArray_DATA(self._offsets)
+        cdef Py_ssize_t i, p, e
+        for i in range(cnp.PyArray_DIM(self._offsets, 0)):
+            p = w.ws + off[i]
+            if p >= w.we:
+                continue
+            self.routing_probes += 1
+            e = self._probe(self.q[p])
+            if e >= 0:
+                w.p = p
+                return e
+        return -1
+
+    cdef inline Py_ssize_t potential_end(self, const Window* w, int k) noexcept nogil:
+        if k >= self.n_fields:
+            return w.we
+        return min(w.we, w.p + (k + 1) * self.stride - 1)
+
+    cdef inline Py_ssize_t next_candidate(self, Selection* sel, const Window* w) noexcept nogil:
+        """The next list index to read, or -1: MaxRetrieval reached, nothing left, or no
+        candidate left can beat the verified match."""
+        cdef int k
+        cdef Py_ssize_t i
+        if w.retrieved >= w.total or w.best_end >= w.we:
+            return -1
+        i = selection_next(sel, &k)
+        if i < 0 or w.best_end >= self.potential_end(w, k):
+            return -1
+        return i
+
+    def match(self, Py_ssize_t ws):
+        """(end, segment): the longest verified match in the window starting at block ``ws``;
+        ``end`` is its exclusive end (``ws`` when nothing matched), ``segment`` the decoded
+        segment that verified it (None when nothing matched)."""
+        if ws < 0 or ws > self.n:
+            raise ValueError(f"ws must be in [0, {self.n}], got {ws}")
+        cdef Window w
+        w.ws = ws
+        w.we = min(ws + self.window_blocks, self.n)
+        w.best_end = ws
+        w.retrieved = 0
+        self.windows += 1
+        cdef Py_ssize_t entry = self.route(&w)
+        if entry < 0:
+            return ws, None
+        segs_obj, filters_obj = self._refs(entry)
+        cdef cnp.ndarray segs = u64_array(segs_obj, "segment ids")
+        cdef cnp.ndarray filters = u64_array(filters_obj, "filters")
+        cdef Py_ssize_t m = cnp.PyArray_DIM(filters, 0)
+        if cnp.PyArray_DIM(segs, 0) != m:
+            raise ValueError("a posting list has different numbers of segment ids and filters")
+        cdef const uint64_t* sid = u64_data(segs)
+        cdef const uint64_t* fl = u64_data(filters)
+        self.candidates_before += m
+        w.total = m if self.max_retrieval == 0 or self.max_retrieval > m else self.max_retrieval
+        cdef Selection sel
+        cdef uint64_t fq = 0
+        cdef Py_ssize_t top, i, length, limit
+        cdef const uint64_t* ids
+        with nogil:
+            if self.filtering:
+                fq = pack(self.q, w.p, w.we, self.n_fields, self.bits, self.stride)
+            top = selection_init(&sel, fl, sid, m, fq, self.n_fields, self.bits, self.filtering)
+            i = self.next_candidate(&sel, &w)
+        self.candidates_after += min(top, w.total)
+        best = None
+        while i >= 0:
+            seg = self._read(sid[i])
+            w.retrieved += 1
+            self.segments_retrieved += 1
+            if seg is not None and seg.start == ws:
+                block_ids = u64_array(seg.block_ids, "a segment's block_ids")
+                ids = u64_data(block_ids)
+                limit = min(cnp.PyArray_DIM(block_ids, 0), w.we - ws)
+                with nogil:
+                    length = 0
+                    while length < limit and ids[length] == self.q[ws + length]:
+                        length += 1
+                self.blocks_verified += length
+                if ws + length > w.best_end:
+                    w.best_end = ws + length
+                    best = seg
+            with nogil:
+                i = self.next_candidate(&sel, &w)
+        return w.best_end, best
