@@ -334,7 +334,8 @@ def open(path: str | os.PathLike, backend: str = "wiredtiger", *, memory_budget:
     cfg = wanted.merged_with_stored(loads(cfg_file.read_text()), set(config)) if existing \
         else wanted
     store = storage_backends.open_store(backend, root / STORE_DIR, memory_budget=memory_budget,
-                       durability=durability, direct_io=direct_io, **(store_options or {}))
+                       durability=durability, direct_io=direct_io, dense_keys=True,
+                       **(store_options or {}))
     store_open_s = time.perf_counter() - t0
     try:
         index = Index(root, cfg, store, background=background,

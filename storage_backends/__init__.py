@@ -28,13 +28,21 @@ def open_store(
     memory_budget: int = 64 << 20,
     durability: str = "sync",
     direct_io: bool = True,
+    dense_keys: bool = False,
     **options: Any,
 ) -> RecordStore:
-    """Open (or create) the store of ``kind`` at ``path``."""
+    """Open (or create) the store of ``kind`` at ``path``.
+
+    ``dense_keys``: the caller's keys are small integers allocated densely from 0 (SARP's
+    segment ids), so an engine that can address records by key does (odirect's dense mode);
+    explicit ``options`` take precedence.
+    """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {sorted(KINDS)}, got {kind!r}")
     module, cls = KINDS[kind]
     store_cls = getattr(importlib.import_module(module), cls)
+    if dense_keys:
+        options = {**store_cls.DENSE_KEYS, **options}
     return store_cls(path, memory_budget=memory_budget, durability=durability,
                      direct_io=direct_io, **options)
 

@@ -76,10 +76,13 @@ class RecordStore(ABC):
     See docs/durability.md for what each engine guarantees.
 
     ``persistent`` is False for an engine whose contents do not survive ``close()`` (memory).
+    ``DENSE_KEYS`` are the open options with which the engine addresses records by key when a
+    caller's keys are small integers allocated densely from 0 (``open_store(dense_keys=True)``).
     """
 
     kind: str = ""
     persistent: bool = True
+    DENSE_KEYS: dict[str, Any] = {}
 
     def __init__(self, path: str | Path, memory_budget: int, durability: str, direct_io: bool):
         if durability not in DURABILITY_MODES:

@@ -45,6 +45,7 @@ class ODirectStore(RecordStore):
     """A slot file with two crash-safe versions per slot; see the module docstring."""
 
     kind = "odirect"
+    DENSE_KEYS = {"key_mode": "dense"}
 
     def __init__(self, path: str | Path, memory_budget: int = 64 << 20, durability: str = "sync",
                  direct_io: bool = True, *, key_mode: str | None = None,

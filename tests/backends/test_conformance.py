@@ -29,6 +29,15 @@ def test_round_trip_overwrite_and_missing(store: RecordStore) -> None:
     assert store.get(3) is None
 
 
+def test_dense_keys_hint(durable_kind: str, open_kind: Any, tmp_path: Path) -> None:
+    """Every engine takes the dense-keys hint (SARP's segment ids) and keeps its records."""
+    path = tmp_path / "s"
+    with open_kind(durable_kind, path, durability="group", dense_keys=True) as s:
+        s.put_many([(k, payload(k, 50)) for k in range(300)])
+    with open_kind(durable_kind, path, durability="group", dense_keys=True) as s:
+        assert s.get_many(list(range(301))) == [payload(k, 50) for k in range(300)] + [None]
+
+
 def test_accepts_bytearray_and_memoryview(store: RecordStore) -> None:
     store.put(1, bytearray(b"ba"))
     store.put_many([(2, memoryview(b"mv"))])

@@ -79,3 +79,11 @@ def test_rewrites_alternate_versions(tmp_path: Path) -> None:
         assert s.stats()["slots"] == 1
     with _open(path) as s:
         assert s.get(9) == b"4" * 100
+
+
+def test_dense_keys_hint_selects_dense_mode(tmp_path: Path) -> None:
+    with _open(tmp_path / "s", dense_keys=True) as s:
+        assert s.stats()["key_mode"] == "dense"
+        assert s.stats()["dram_bytes"] == 0
+        s.put_many([(k, b"v") for k in range(20)])
+        assert s.stats()["dram_bytes"] == 3  # one newest-copy bit per slot
