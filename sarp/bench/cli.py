@@ -113,6 +113,8 @@ def parser() -> argparse.ArgumentParser:
     rec.add_argument("--designs", type=_list(_recovery_design), default=list(RECOVERY_DESIGNS),
                      help=f"from {', '.join(RECOVERY_DESIGNS)}")
     rec.add_argument("--backend", type=check_backend, default="wiredtiger")
+    rec.add_argument("--repeat", type=int, default=3,
+                     help="reopens of each index (the median one is reported)")
     _common(rec)
     sw = sub.add_parser("sweep", help="SARP's hit-rate loss against MaxRetrieval")
     sw.add_argument("--workloads", type=_list(check_workload), default=QUICK_WORKLOADS)
@@ -153,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except FileNotFoundError as exc:
             ap.error(f"argument dir: {exc}")
         return 0
-    if a.command == "run" and a.repeat is not None and a.repeat < 1:
+    if a.command in ("run", "recovery") and a.repeat is not None and a.repeat < 1:
         ap.error("argument --repeat: must be at least 1")
     out = a.out or default_dir()
     progress = Progress(not a.no_progress)
@@ -164,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                           repeat=1, durability=a.durability, sweep=a.budgets, seed=a.seed)
         results = run_sweep(opts, out, progress)
     else:
-        opts = RunOptions(workloads=[], designs=[], backends=[a.backend], repeat=1,
+        opts = RunOptions(workloads=[], designs=[], backends=[a.backend], repeat=a.repeat,
                           durability=a.durability, recovery_blocks=a.blocks,
                           recovery_workload=a.workload, recovery_designs=a.designs,
                           seed=a.seed)

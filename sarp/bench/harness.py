@@ -109,7 +109,7 @@ def _recovery(opts: RunOptions, backends: list[str], tmp: Path,
     work = tmp / "recovery"
     work.mkdir(parents=True, exist_ok=True)
     return recovery(p, opts.recovery_blocks, opts.recovery_designs, backend, work,
-                    opts.durability, progress)
+                    opts.durability, progress, opts.repeat)
 
 
 def _workload_rows(opts: RunOptions, p: Prepared, backends: list[str], work: Path,
