@@ -99,11 +99,11 @@ class Index:
         events = Events()
         written: list[int] = []
         with self._lock:
+            place = self.directory.place
+
             def on_write(seg: Any) -> None:
                 written.append(seg.segment_id)
-                ev = self.directory.place(seg.segment_id, seg.start, seg.block_ids)
-                events.refine += ev.refine
-                events.remat += ev.remat
+                place(seg.segment_id, seg.start, seg.block_ids, events=events)
 
             st = insert_path(self.config, self.directory, self.segments, q, meta,
                              self.config.max_retrieval, on_write)
@@ -228,9 +228,7 @@ class Index:
         with self._lock:
             for sid in d.table.refs(root)[0].copy():
                 seg = self.segments.read(int(sid))
-                ev = d.place(seg.segment_id, seg.start, seg.block_ids, build)
-                events.refine += ev.refine
-                events.remat += ev.remat
+                d.place(seg.segment_id, seg.start, seg.block_ids, build, events)
             d.publish(build)
         then(events)
 

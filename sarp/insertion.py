@@ -14,49 +14,70 @@ from collections.abc import Callable
 import numpy as np
 
 from sarp.config import Config
-from sarp.matching import COUNTERS, match_window
+from sarp.matching import COUNTERS, matcher
 from sarp.routing import RoutingDirectory
 from sarp.segments import SegmentStore
 
-#: called with each written segment (decoded): registers it and journals it
+#: called with each written segment (decoded) once it is stored: registers it
 OnWrite = Callable[[object], None]
 
 
 def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: np.ndarray,
            meta: np.ndarray, max_retrieval: int, on_write: OnWrite) -> dict[str, int]:
-    """Insert block IDs ``q`` with metadata rows ``meta`` (uint8, shape (n, width))."""
+    """Insert block IDs ``q`` with metadata rows ``meta`` (uint8, shape (n, width)).
+
+    Written segments are stored in one batch and then passed to ``on_write`` in window order:
+    before the next window is matched (so a match sees every earlier window registered), and
+    at the end, which after a divergence covers every later window at once.
+    """
     st = dict.fromkeys(COUNTERS, 0)
     st.update(segments_written=0, segments_extended=0, blocks_written=0, new_blocks=0)
+    m = None  # the window matcher of q, made when the first window is matched
     S = cfg.segment_blocks
     n = len(q)
+    pending: list = []  # (segment, record) encoded but not yet stored
+
+    def store_pending() -> None:
+        segments.put_all([(seg.segment_id, raw) for seg, raw in pending])
+        for seg, _ in pending:
+            on_write(seg)
+        pending.clear()
+
     diverged = False
+    found_end, stored = 0, None
     for ws in range(0, n, S):
         we = min(ws + S, n)
-        found = None if diverged else match_window(cfg, directory, segments, q, ws,
-                                                   max_retrieval, st)
-        if found is None or found.segment is None or found.end == ws:
-            seg = segments.write_new(ws, q[ws:we], meta[ws:we])
+        if not diverged:
+            if pending:
+                store_pending()
+            if m is None:
+                m = matcher(cfg, directory, segments, q, max_retrieval)
+            found_end, stored = m.match(ws)
+        if diverged or stored is None or found_end == ws:
+            pending.append(segments.encode_new(ws, q[ws:we], meta[ws:we]))
             st["new_blocks"] += we - ws
             diverged = True
         else:
-            stored = found.segment
             stored_end = ws + stored.block_count
-            if found.end == stored_end and we > stored_end:
-                seg = segments.extend(stored, q[stored_end:we], meta[stored_end:we])
+            if found_end == stored_end and we > stored_end:
+                pending.append(segments.encode_extended(stored, q[stored_end:we],
+                                                        meta[stored_end:we]))
                 st["segments_extended"] += 1
                 st["blocks_written"] += we - stored_end
                 st["new_blocks"] += we - stored_end
-                on_write(seg)
                 continue
-            if found.end >= we:
+            if found_end >= we:
                 continue  # the window is already stored
-            shared = found.end - ws
-            ids = np.concatenate((stored.block_ids[:shared], q[found.end:we]))
-            rows = np.concatenate((stored.metadata[:shared], meta[found.end:we]))
-            seg = segments.write_new(ws, ids, rows)
-            st["new_blocks"] += we - found.end
+            shared = found_end - ws
+            ids = np.concatenate((stored.block_ids[:shared], q[found_end:we]))
+            rows = np.concatenate((stored.metadata[:shared], meta[found_end:we]))
+            pending.append(segments.encode_new(ws, ids, rows))
+            st["new_blocks"] += we - found_end
             diverged = True
         st["segments_written"] += 1
-        st["blocks_written"] += seg.block_count
-        on_write(seg)
+        st["blocks_written"] += pending[-1][0].block_count
+    if pending:
+        store_pending()
+    if m is not None:
+        st.update(m.stats())
     return st

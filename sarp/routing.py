@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sarp._core import routing_table as rt
-from sarp._core.filters import region_filter
+from sarp._core.filters import filters_at, region_filter
 from sarp.config import Config
 
 FIXED, MID, LAST = 0, 1, 2
@@ -32,6 +32,16 @@ class Build:
     kind: str  # "refine" or "remat"
     root: int  # the entry whose state triggered the build
     private: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The points of a segment of one length (``RoutingDirectory.points``) as arrays."""
+
+    points: list[tuple[int, int, int]]  # (offset, role, parent offset)
+    offsets: np.ndarray  # int64
+    parents: np.ndarray  # int64 parent offset, -1 for base points
+    refinable: np.ndarray  # uint8: base points and the final interval's midpoint
 
 
 @dataclass
@@ -61,6 +71,8 @@ class RoutingDirectory:
         self.probe_offsets = sorted(probe, reverse=True)
         #: refined entries whose back-fill is running -> that build
         self.backfills: dict[int, Build] = {}
+        #: segment length -> its points, as the placement walk takes them
+        self._layouts: dict[int, Layout] = {}
 
     # -- the matching side ---------------------------------------------------------------
     def route(self, q: np.ndarray, ws: int, we: int) -> tuple[int, int, int]:
@@ -85,6 +97,12 @@ class RoutingDirectory:
     def points(self, count: int) -> list[tuple[int, int, int]]:
         """(offset, role, parent offset) of every point a segment of ``count`` blocks may use,
         in position order; parent is the point whose refinement enables it (-1 for base)."""
+        return self._layout(count).points
+
+    def _layout(self, count: int) -> Layout:
+        lay = self._layouts.get(count)
+        if lay is not None:
+            return lay
         out = []
         for i, o in enumerate(self.fixed_offsets):
             if o >= count:
@@ -96,41 +114,44 @@ class RoutingDirectory:
                     out.append((m, MID, o))
                 if i == len(self.fixed_offsets) - 1 and self.last_offset < count:
                     out.append((self.last_offset, LAST, m))
-        return out
+        lay = self._layouts[count] = Layout(
+            out, np.array([o for o, _, _ in out], dtype=np.int64),
+            np.array([p for _, _, p in out], dtype=np.int64),
+            np.array([r == FIXED or o == self.final_mid for o, r, _ in out], dtype=np.uint8))
+        return lay
 
-    def place(self, seg_id: int, start: int, ids: np.ndarray, build: Build | None = None) -> Events:
-        """Register segment ``seg_id`` (block IDs ``ids`` from ``start``) by Algorithm 2.
+    def place(self, seg_id: int, start: int, ids: np.ndarray, build: Build | None = None,
+              events: Events | None = None) -> Events:
+        """Register segment ``seg_id`` (block IDs ``ids`` from ``start``) by Algorithm 2; the
+        background work it triggers is added to ``events`` (a new one if None), returned.
 
         Caller holds the writer lock. A walk that makes a pruned entry cross the threshold
         stops there: the rematerialization it triggers re-places every member, this one too.
+        The walk runs in ``RoutingTable.walk``; it returns here only to create an entry or to
+        start background work.
         """
         c = self.cfg
         t = self.table
+        if events is None:
+            events = Events()
         count = len(ids)
-        events = Events()
-        prev = -1
-        for o, role, parent_o in self.points(count):
-            parent = -1
-            if role != FIXED:
-                parent = t.find(int(ids[parent_o]))
-                if parent < 0 or not t.flags(parent) & (rt.REFINED | rt.REFINING):
-                    continue
-            key = int(ids[o])
-            e = t.find(key)
-            filt = self.filter_at(ids, o, count)
-            if e >= 0 and self._update_member(e, seg_id, filt):
-                prev = e
-                continue
-            if prev >= 0 and c.pruning and t.list_len(prev) <= c.pruning_threshold:
-                t.set_flags(prev, t.flags(prev) | rt.PRUNED)
-                continue  # pruned: route through prev
+        lay = self._layout(count)
+        filts = filters_at(ids, lay.offsets, count, c.filter_fields, c.field_bits, c.stride)
+        n = len(lay.points)
+        i, prev = 0, -1
+        while True:
+            i, prev, e, parent = t.walk(ids, lay.offsets, lay.parents, lay.refinable, filts,
+                                        seg_id, i, prev, c.pruning, c.pruning_threshold,
+                                        c.refinement, c.tau)
+            if i >= n:
+                return events
             if e < 0:
-                e = self._new_entry(key, parent, build)
-            self._add_member(e, seg_id, filt)
-            if self._check_triggers(e, role == FIXED or o == self.final_mid, events):
-                break
+                e = self._new_entry(int(ids[lay.offsets[i]]), parent, build)
+                t.add_member(e, seg_id, int(filts[i]))
+            if self._check_triggers(e, bool(lay.refinable[i]), events):
+                return events
             prev = e
-        return events
+            i += 1
 
     def _check_triggers(self, e: int, refinable: bool, events: Events) -> bool:
         """After ``e`` gained a member: start refinement above tau; start rematerialization
@@ -159,28 +180,6 @@ class RoutingDirectory:
             owner.private.append(e)
         return e
 
-    def _update_member(self, e: int, seg_id: int, filt: int) -> bool:
-        """If ``seg_id`` is on ``e``'s list, refresh its filter and return True."""
-        segs, filters = self.table.refs(e)
-        hit = np.flatnonzero(segs == np.uint64(seg_id))
-        if not len(hit):
-            return False
-        i = int(hit[0])
-        if int(filters[i]) != filt:
-            segs = np.delete(segs, i)
-            filters = np.delete(filters, i)
-            self._publish_sorted(e, segs, filters, seg_id, filt)
-        return True
-
-    def _add_member(self, e: int, seg_id: int, filt: int) -> None:
-        segs, filters = self.table.refs(e)
-        self._publish_sorted(e, segs, filters, seg_id, filt)
-
-    def _publish_sorted(self, e, segs, filters, seg_id: int, filt: int) -> None:
-        i = int(np.searchsorted(filters, np.uint64(filt), side="right"))
-        self.table.publish(e, np.insert(segs, i, np.uint64(seg_id)),
-                           np.insert(filters, i, np.uint64(filt)))
-
     def backfill_member(self, build: Build, seg_id: int, ids: np.ndarray, events: Events) -> None:
         """Register one member of a refined entry at the point below it (paper 4.2)."""
         t = self.table
@@ -190,11 +189,11 @@ class RoutingDirectory:
                 key = int(ids[o])
                 filt = self.filter_at(ids, o, len(ids))
                 e = t.find(key)
-                if e >= 0 and self._update_member(e, seg_id, filt):
+                if e >= 0 and t.update_member(e, seg_id, filt):
                     return
                 if e < 0:
                     e = self._new_entry(key, build.root, None)
-                self._add_member(e, seg_id, filt)
+                t.add_member(e, seg_id, filt)
                 self._check_triggers(e, o == self.final_mid, events)
                 return
 

@@ -51,18 +51,32 @@ class SegmentStore:
 
     def write_new(self, start: int, block_ids: np.ndarray, metadata: np.ndarray):
         """Store a new segment and return it decoded."""
-        sid = self.allocate()
-        raw = encode_segment(sid, start, block_ids, metadata, self.meta_width)
-        self.store.put(sid, raw)
-        return decode_segment(raw)
+        seg, raw = self.encode_new(start, block_ids, metadata)
+        self.store.put(seg.segment_id, raw)
+        return seg
 
     def extend(self, seg, block_ids: np.ndarray, metadata: np.ndarray):
         """Rewrite ``seg`` (decoded, verified) with blocks appended: in-place extension."""
-        raw = encode_segment(seg.segment_id, seg.start,
-                             np.concatenate((seg.block_ids, block_ids)),
-                             np.concatenate((seg.metadata, metadata)), self.meta_width)
+        new, raw = self.encode_extended(seg, block_ids, metadata)
         self.store.put(seg.segment_id, raw)
-        return decode_segment(raw)
+        return new
+
+    def encode_new(self, start: int, block_ids: np.ndarray, metadata: np.ndarray):
+        """(segment, record) of a new segment under a newly allocated id, not yet stored."""
+        return self._encode(self.allocate(), start, block_ids, metadata)
+
+    def encode_extended(self, seg, block_ids: np.ndarray, metadata: np.ndarray):
+        """(segment, record) of ``seg`` with blocks appended, not yet stored."""
+        return self._encode(seg.segment_id, seg.start, np.concatenate((seg.block_ids, block_ids)),
+                            np.concatenate((seg.metadata, metadata)))
+
+    def put_all(self, records: list[tuple[int, bytes]]) -> None:
+        """Store (segment id, record) pairs in one batch."""
+        self.store.put_many(records)
+
+    def _encode(self, sid: int, start: int, block_ids: np.ndarray, metadata: np.ndarray):
+        raw = encode_segment(sid, start, block_ids, metadata, self.meta_width)
+        return decode_segment(raw), raw
 
     def scan(self):
         """Every stored segment in id order (the slow rebuild path)."""

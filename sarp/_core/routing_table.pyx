@@ -15,11 +15,18 @@ from libc.stdint cimport int64_t, uint8_t, uint64_t
 cnp.import_array()
 
 # Entry flags.
-VISIBLE = 1  # probes may return the entry (private entries are being built)
-PRUNED = 2  # some segment skipped its later routing points because this list was small
-REFINING = 4  # midpoint (or last-block) entries below this one are being back-filled
-REFINED = 8  # the interval below this entry is refined: new segments register there too
-REMAT = 16  # a rematerialization of the points after this entry is pending
+cdef enum:
+    F_VISIBLE = 1  # probes may return the entry (private entries are being built)
+    F_PRUNED = 2  # some segment skipped its later routing points because this list was small
+    F_REFINING = 4  # midpoint (or last-block) entries below this one are being back-filled
+    F_REFINED = 8  # the interval below this entry is refined: new segments register there too
+    F_REMAT = 16  # a rematerialization of the points after this entry is pending
+
+VISIBLE = F_VISIBLE
+PRUNED = F_PRUNED
+REFINING = F_REFINING
+REFINED = F_REFINED
+REMAT = F_REMAT
 
 cdef int LEN_BITS = 24
 cdef int64_t LEN_MASK = (1 << 24) - 1
@@ -172,6 +179,113 @@ cdef class RoutingTable:
         g.er[entry] = (<int64_t>off << LEN_BITS) | n
         self.live_refs += n - old
 
+    def update_member(self, Py_ssize_t entry, uint64_t seg, uint64_t filt) -> bool:
+        """If ``seg`` is on ``entry``'s list: give it filter ``filt`` (publishing a re-sorted
+        copy only when the filter changed) and return True; else change nothing, return False."""
+        return self._update(entry, seg, filt)
+
+    cdef int _update(self, Py_ssize_t entry, uint64_t seg, uint64_t filt) except -1:
+        cdef _Generation g = self.g
+        cdef int64_t packed = g.er[entry]
+        cdef Py_ssize_t off = packed >> LEN_BITS
+        cdef Py_ssize_t n = packed & LEN_MASK, i
+        cdef uint64_t[::1] rs = g.ref_seg
+        cdef uint64_t[::1] rf = g.ref_filter
+        for i in range(n):
+            if rs[off + i] == seg:
+                if rf[off + i] != filt:
+                    self._rewrite(entry, i, seg, filt)
+                return 1
+        return 0
+
+    def add_member(self, Py_ssize_t entry, uint64_t seg, uint64_t filt):
+        """Publish ``entry``'s list with (seg, filt) inserted after the filters <= ``filt``."""
+        self._rewrite(entry, -1, seg, filt)
+
+    def walk(self, const uint64_t[::1] ids not None, const int64_t[::1] offsets not None,
+             const int64_t[::1] parents not None, const uint8_t[::1] refinable not None,
+             const uint64_t[::1] filters not None, uint64_t seg, Py_ssize_t i, Py_ssize_t prev,
+             bint pruning, Py_ssize_t threshold, bint refinement, Py_ssize_t tau):
+        """Algorithm 2's placement walk of segment ``seg`` (block IDs ``ids``) from point ``i``,
+        ``prev`` the last retained entry (-1: none yet).
+
+        Point j is at offset ``offsets[j]``, needs a refined (or refining) entry at offset
+        ``parents[j]`` unless that is -1, and ``refinable[j]`` says whether its entry may be
+        refined; ``filters[j]`` is the segment's filter there. The walk refreshes existing
+        members, prunes, and adds the segment to existing entries, and stops where the caller
+        must act: returns (j, prev, entry, parent) with ``entry`` -1 when point j's key has no
+        entry (``parent``: the entry enabling it, or -1), or the entry that just gained the
+        member and crossed tau or the pruning threshold. j == len(offsets): the walk is done.
+        """
+        cdef Py_ssize_t n = offsets.shape[0], e, parent, m
+        cdef uint8_t fl
+        cdef _Generation g
+        while i < n:
+            g = self.g
+            parent = -1
+            if parents[i] >= 0:
+                parent = self._find(g, ids[parents[i]])
+                if parent < 0 or not g.ef[parent] & (F_REFINED | F_REFINING):
+                    i += 1
+                    continue
+            e = self._find(g, ids[offsets[i]])
+            if e >= 0 and self._update(e, seg, filters[i]):
+                prev = e
+                i += 1
+                continue
+            if prev >= 0 and pruning and (g.er[prev] & LEN_MASK) <= threshold:
+                g.ef[prev] |= F_PRUNED
+                i += 1
+                continue
+            if e < 0:
+                return i, prev, -1, parent
+            self._rewrite(e, -1, seg, filters[i])
+            g = self.g
+            m = g.er[e] & LEN_MASK
+            fl = g.ef[e]
+            if ((refinable[i] and refinement and m > tau and not fl & (F_REFINED | F_REFINING))
+                    or (pruning and fl & F_PRUNED and m > threshold)):
+                return i, prev, e, parent
+            prev = e
+            i += 1
+        return n, prev, -1, -1
+
+    cdef int _rewrite(self, Py_ssize_t entry, Py_ssize_t drop, uint64_t seg,
+                      uint64_t filt) except -1:
+        """Copy-on-write: write ``entry``'s list without position ``drop`` (-1: none) and with
+        (seg, filt) at the upper bound of ``filt`` past the arena's end, then publish it."""
+        cdef Py_ssize_t n = self.g.er[entry] & LEN_MASK
+        cdef Py_ssize_t m = n if drop >= 0 else n + 1
+        if m > MAX_LIST:
+            raise ValueError(f"posting list of {m} references exceeds the limit {MAX_LIST}")
+        if self.arena_used + m > self.g.ref_seg.shape[0]:
+            self._grow_arena(m)
+        cdef _Generation g = self.g  # growth may have moved the list
+        cdef int64_t packed = g.er[entry]
+        cdef Py_ssize_t off = packed >> LEN_BITS
+        cdef Py_ssize_t dst = self.arena_used, j = dst, i
+        cdef uint64_t[::1] rs = g.ref_seg
+        cdef uint64_t[::1] rf = g.ref_filter
+        cdef bint placed = False
+        for i in range(n):
+            if i == drop:
+                continue
+            if not placed and rf[off + i] > filt:
+                rs[j] = seg
+                rf[j] = filt
+                j += 1
+                placed = True
+            rs[j] = rs[off + i]
+            rf[j] = rf[off + i]
+            j += 1
+        if not placed:
+            rs[j] = seg
+            rf[j] = filt
+        self.arena_used = dst + m
+        g.er[entry] = (<int64_t>dst << LEN_BITS) | m
+        self.live_refs += m - n
+        return 0
+
     # -- growth and compaction: build a new generation, then swap it in ------------------------
     def _grow_entries(self):
         g = self.g
@@ -221,6 +335,12 @@ cdef class RoutingTable:
         self.g = _Generation(g.keys, g.slots, g.entry_key, er, g.entry_flags, rs, rf)
 
     # -- whole-directory views, for statistics and snapshots -----------------------------------
+    def entry_flags(self):
+        """The flags of every entry, in entry order (a read-only view, no copy)."""
+        flags = self.g.entry_flags[:self.n_entries]
+        flags.flags.writeable = False
+        return flags
+
     def nbytes(self) -> int:
         """Bytes held by the directory's arrays (table, entries, arena)."""
         g = self.g

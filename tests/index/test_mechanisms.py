@@ -10,6 +10,8 @@ import pytest
 
 import sarp
 from sarp._core import routing_table as rt
+from sarp.config import config_from_kwargs
+from sarp.routing import FIXED, Build, Events, RoutingDirectory
 
 from .helpers import SMALL, metadata_for, shared_prefix_workload
 
@@ -147,3 +149,138 @@ def test_design_switches_keep_matches_exact(tmp_path, flag):
         for tag, (_, full) in enumerate(shared_prefix_workload(8, sessions=15, turns=3)):
             index.insert(tokens=full, metadata=metadata_for(sarp.block_ids(full, 1), tag))
             assert index.match(tokens=full).num_blocks == len(full)
+
+
+# -- compiled placement kernels against the Python (numpy) code they replaced ----------------
+
+def ref_publish(lists: dict, e: int, seg: int, filt: int, drop: int | None) -> None:
+    """The reference list update: delete position ``drop``, insert at the filter's upper bound."""
+    segs, filters = lists[e]
+    if drop is not None:
+        segs, filters = np.delete(segs, drop), np.delete(filters, drop)
+    i = int(np.searchsorted(filters, np.uint64(filt), side="right"))
+    lists[e] = (np.insert(segs, i, np.uint64(seg)), np.insert(filters, i, np.uint64(filt)))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_member_kernels_match_reference_and_keep_old_lists(seed):
+    rng = np.random.default_rng(seed)
+    t = rt.RoutingTable(4)
+    lists: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for _ in range(3000):
+        if not lists or rng.random() < 0.05:
+            e = t.add_entry(int(rng.integers(1, 2**63)), rt.VISIBLE)
+            lists[e] = (np.zeros(0, np.uint64), np.zeros(0, np.uint64))
+        e = int(rng.choice(list(lists)))
+        seg, filt = int(rng.integers(0, 40)), int(rng.integers(0, 6)) << 60
+        before = [(x, a.copy(), b.copy(), *t.refs(x)) for x, (a, b) in lists.items()]
+        hit = np.flatnonzero(lists[e][0] == np.uint64(seg))
+        if len(hit):
+            assert t.update_member(e, seg, filt)
+            if int(lists[e][1][hit[0]]) != filt:
+                ref_publish(lists, e, seg, filt, int(hit[0]))
+        else:
+            assert not t.update_member(e, seg, filt)
+            if rng.random() < 0.7:
+                t.add_member(e, seg, filt)
+                ref_publish(lists, e, seg, filt, None)
+        for _, a, b, old_segs, old_filters in before:
+            # copy-on-write: views captured before the update still hold the old list
+            assert np.array_equal(old_segs, a) and np.array_equal(old_filters, b)
+        for x, (a, b) in lists.items():
+            segs, filters = t.refs(x)
+            assert np.array_equal(segs, a) and np.array_equal(filters, b)
+            assert t.list_len(x) == len(a)
+    assert t.live_refs == sum(len(a) for a, _ in lists.values())
+
+
+class ReferenceDirectory(RoutingDirectory):
+    """The placement walk as it was written in Python, one table call per step."""
+
+    def place(self, seg_id, start, ids, build=None, events=None):
+        c, t = self.cfg, self.table
+        events = Events() if events is None else events
+        prev = -1
+        for o, role, parent_o in self.points(len(ids)):
+            parent = -1
+            if role != FIXED:
+                parent = t.find(int(ids[parent_o]))
+                if parent < 0 or not t.flags(parent) & (rt.REFINED | rt.REFINING):
+                    continue
+            key = int(ids[o])
+            e = t.find(key)
+            filt = self.filter_at(ids, o, len(ids))
+            if e >= 0 and self._reference_update(e, seg_id, filt):
+                prev = e
+                continue
+            if prev >= 0 and c.pruning and t.list_len(prev) <= c.pruning_threshold:
+                t.set_flags(prev, t.flags(prev) | rt.PRUNED)
+                continue
+            if e < 0:
+                e = self._new_entry(key, parent, build)
+            segs, filters = t.refs(e)
+            lists = {e: (segs, filters)}
+            ref_publish(lists, e, seg_id, filt, None)
+            t.publish(e, *lists[e])
+            if self._check_triggers(e, role == FIXED or o == self.final_mid, events):
+                break
+            prev = e
+        return events
+
+    def _reference_update(self, e, seg_id, filt):
+        segs, filters = self.table.refs(e)
+        hit = np.flatnonzero(segs == np.uint64(seg_id))
+        if not len(hit):
+            return False
+        if int(filters[hit[0]]) != filt:
+            lists = {e: (segs, filters)}
+            ref_publish(lists, e, seg_id, filt, int(hit[0]))
+            self.table.publish(e, *lists[e])
+        return True
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("flags", [{}, {"pruning": False}, {"refinement": False}])
+def test_compiled_walk_places_like_the_python_walk(seed, flags):
+    """Random segments with heavy sharing, extensions and background builds (refinement
+    back-fills and rematerializations run at random later times): the same routing state."""
+    cfg = config_from_kwargs({**SMALL, "block_size": 1, **flags})
+    rng = np.random.default_rng(seed)
+    dirs = [RoutingDirectory(cfg), ReferenceDirectory(cfg)]
+    stored: dict[int, np.ndarray] = {}
+    jobs: list[tuple[str, int]] = []
+    prefixes = [rng.integers(1, 2**63, 8, dtype=np.uint64) for _ in range(3)]
+    for sid in range(400):
+        if stored and rng.random() < 0.3:  # extend a stored segment
+            sid = int(rng.choice(list(stored)))
+            n = len(stored[sid])
+            if n == cfg.segment_blocks:
+                continue
+            ids = np.concatenate((stored[sid], rng.integers(1, 2**63, int(rng.integers(1, 9 - n)),
+                                                            dtype=np.uint64)))[:cfg.segment_blocks]
+        else:
+            shared = int(rng.integers(0, 9))
+            ids = np.concatenate((prefixes[int(rng.integers(3))][:shared],
+                                  rng.integers(1, 2**63, 8 - shared, dtype=np.uint64)))
+            ids = ids[:int(rng.integers(1, 9))]
+        stored[sid] = ids
+        for d in dirs:
+            ev = d.place(sid, 0, ids)
+        jobs += [("refine", e) for e in ev.refine] + [("remat", e) for e in ev.remat]
+        while jobs and rng.random() < 0.5:  # a background job finishes
+            kind, root = jobs.pop(int(rng.integers(len(jobs))))
+            for d in dirs:
+                if kind == "refine":
+                    build, ev = d.backfills[root], Events()
+                    for s in d.table.refs(root)[0].tolist():
+                        d.backfill_member(build, s, stored[s], ev)
+                else:
+                    build, ev = Build("remat", root), Events()
+                    for s in d.table.refs(root)[0].tolist():
+                        d.place(s, 0, stored[s], build, ev)
+                d.publish(build)
+            jobs += [("refine", e) for e in ev.refine] + [("remat", e) for e in ev.remat]
+    got, want = (d.table.export() for d in dirs)
+    for a, b in zip(got, want, strict=True):
+        assert np.array_equal(a, b)
+    assert len(got[0]) > 10

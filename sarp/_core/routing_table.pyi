@@ -1,0 +1,80 @@
+import numpy as np
+import numpy.typing as npt
+
+VISIBLE: int
+PRUNED: int
+REFINING: int
+REFINED: int
+REMAT: int
+
+class RoutingTable:
+    """Routing entries K(p) -> posting list. Writers must be serialized by the caller."""
+
+    n_entries: int
+    arena_used: int
+    live_refs: int
+
+    def __init__(self, capacity: int = 64) -> None: ...
+    def find(self, key: int) -> int:
+        """Entry id of ``key`` (visible or private), or -1."""
+    def probe(self, key: int) -> int:
+        """Entry id of ``key`` if it is visible to queries, else -1."""
+    def refs(self, entry: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
+        """(segment ids, filters) of ``entry``: read-only views of one complete list."""
+    def list_len(self, entry: int) -> int: ...
+    def key_of(self, entry: int) -> int: ...
+    def flags(self, entry: int) -> int: ...
+    def set_flags(self, entry: int, flags: int) -> None: ...
+    def make_visible(self, entries: npt.ArrayLike) -> None:
+        """Publish several private entries in one step."""
+    def add_entry(self, key: int, flags: int = 0) -> int:
+        """Create an empty entry for ``key`` (which must be absent) and return its id."""
+    def publish(self, entry: int, segs: npt.ArrayLike, filters: npt.ArrayLike) -> None:
+        """Replace ``entry``'s list with (segs, filters), which the caller keeps sorted."""
+    def update_member(self, entry: int, seg: int, filt: int) -> bool:
+        """If ``seg`` is on the list: give it filter ``filt`` (re-sorted, copy-on-write) and
+        return True; else change nothing and return False."""
+    def add_member(self, entry: int, seg: int, filt: int) -> None:
+        """Publish the list with (seg, filt) inserted after the filters <= ``filt``."""
+    def walk(
+        self,
+        ids: npt.NDArray[np.uint64],
+        offsets: npt.NDArray[np.int64],
+        parents: npt.NDArray[np.int64],
+        refinable: npt.NDArray[np.uint8],
+        filters: npt.NDArray[np.uint64],
+        seg: int,
+        i: int,
+        prev: int,
+        pruning: bool,
+        threshold: int,
+        refinement: bool,
+        tau: int,
+    ) -> tuple[int, int, int, int]:
+        """Algorithm 2's placement walk from point ``i``: (point, prev, entry, parent) where
+        the caller must create an entry (entry -1) or start background work; point ==
+        len(offsets) when the walk is done."""
+    def entry_flags(self) -> npt.NDArray[np.uint8]:
+        """The flags of every entry, in entry order (a read-only view, no copy)."""
+    def nbytes(self) -> int:
+        """Bytes held by the directory's arrays (table, entries, arena)."""
+    def export(
+        self,
+    ) -> tuple[
+        npt.NDArray[np.uint64],
+        npt.NDArray[np.uint8],
+        npt.NDArray[np.uint32],
+        npt.NDArray[np.uint64],
+        npt.NDArray[np.uint64],
+    ]:
+        """(entry keys, flags, list lengths, segs, filters) of the whole directory."""
+    @classmethod
+    def from_arrays(
+        cls,
+        entry_key: npt.ArrayLike,
+        entry_flags: npt.ArrayLike,
+        lengths: npt.ArrayLike,
+        segs: npt.ArrayLike,
+        filters: npt.ArrayLike,
+    ) -> RoutingTable:
+        """Rebuild a table from ``export()``'s arrays."""
