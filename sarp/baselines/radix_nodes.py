@@ -6,7 +6,10 @@ edge's first block's position ``offset`` within the run. Children are keyed by t
 block ID of their edge. Nodes refer to each other by node id, so any node but the root can be
 evicted from DRAM: the table spills it to a record store (capped variant) and reads it back
 when a walk reaches it. The encoding is the same for a snapshot (every resident node) and a
-spilled node (one node), see docs/baselines_format.txt.
+spilled node (one node), see docs/baselines_format.txt. A spilled node larger than the spill
+store's largest value (odirect's slot) is stored in pieces: piece 0 under the node id, piece i
+under ``i << PIECE_SHIFT | node id``; piece 0 starts with the sealed header, whose length says
+how many pieces follow.
 """
 
 from __future__ import annotations
@@ -17,12 +20,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sarp.baselines.sealed import Cursor, seal, unseal
+from sarp.baselines.sealed import CHECKSUM, HEADER, Cursor, seal, unseal
 from sarp.errors import CorruptionError
 from storage_backends import RecordStore
 
 ROOT = 0
 NODE_MAGIC = b"SARPRNOD"
+PIECE_SHIFT = 48  # node ids stay below 2**48; a piece number goes above them
 COLUMNS = 6  # node id, depth, run, offset, edge length, child count
 
 
@@ -95,6 +99,13 @@ class NodeTable:
         self.nodes: OrderedDict[int, Node] = OrderedDict()
         self._charged: dict[int, int] = {}
         self._dirty: set[int] = set()
+        #: the largest record the spill store takes (None: unbounded); larger nodes go in pieces
+        self.piece_bytes: int | None = None
+        if spill is not None:
+            self.piece_bytes = spill.stats().get("max_value_size")
+            if self.piece_bytes is not None and self.piece_bytes < HEADER.size:
+                raise ValueError(f"spill store values of {self.piece_bytes} bytes cannot hold "
+                                 f"a node header ({HEADER.size} bytes)")
         self.resident_bytes = 0
         self.next_id = ROOT
         self.add(Node(self.allocate(), 0, np.empty(0, np.uint64), 0, 0, {}))
@@ -160,16 +171,37 @@ class NodeTable:
     def _write(self, nodes: list[Node], st: dict[str, int]) -> None:
         if not nodes:
             return
-        self.spill.put_many((x.node_id, seal(NODE_MAGIC, encode_nodes([x]))) for x in nodes)
+        records = [r for x in nodes for r in self._pieces(x.node_id, seal(NODE_MAGIC,
+                                                                          encode_nodes([x])))]
+        self.spill.put_many(records)
         self._dirty.difference_update(x.node_id for x in nodes)
-        st["spill_writes"] = st.get("spill_writes", 0) + len(nodes)
-        st["store_writes"] = st.get("store_writes", 0) + len(nodes)
+        st["spill_writes"] = st.get("spill_writes", 0) + len(records)
+        st["store_writes"] = st.get("store_writes", 0) + len(records)
+
+    def _pieces(self, node_id: int, blob: bytes) -> list[tuple[int, bytes]]:
+        """(key, bytes) records of one sealed node: one, or pieces of ``piece_bytes``."""
+        step = self.piece_bytes
+        if step is None or len(blob) <= step:
+            return [(node_id, blob)]
+        return [((i << PIECE_SHIFT) | node_id, blob[o:o + step])
+                for i, o in enumerate(range(0, len(blob), step))]
 
     def _read_spilled(self, node_id: int, st: dict[str, int]) -> Node:
         raw = self.spill.get(node_id) if self.spill is not None else None
-        st["spill_reads"] = st.get("spill_reads", 0) + 1
-        st["store_reads"] = st.get("store_reads", 0) + 1
+        reads = 1
         name = f"radix node {node_id} in {self.spill.path if self.spill else 'DRAM'}"
+        if raw is not None and len(raw) >= HEADER.size:
+            total = HEADER.size + HEADER.unpack_from(raw)[3] + CHECKSUM.size
+            if total > len(raw):  # stored in pieces of len(raw) bytes each
+                keys = [(i << PIECE_SHIFT) | node_id
+                        for i in range(1, -(-total // len(raw)))]
+                rest = self.spill.get_many(keys)
+                reads += len(keys)
+                if any(r is None for r in rest):
+                    raise CorruptionError(f"{name}: a piece is missing")
+                raw = b"".join([raw, *rest])
+        st["spill_reads"] = st.get("spill_reads", 0) + reads
+        st["store_reads"] = st.get("store_reads", 0) + reads
         if raw is None:
             raise CorruptionError(f"{name} is missing")
         cur = Cursor(unseal(raw, NODE_MAGIC, name), name)

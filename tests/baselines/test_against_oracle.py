@@ -3,16 +3,18 @@ reference model): same matched length, the query's block IDs, the first-written 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import pytest
 
 from sarp.baselines import BaselineIndex
+from sarp.baselines.radix_nodes import PIECE_SHIFT, NodeTable
+from sarp.block_ids import block_ids
 from sarp.matching import MatchResult
 
 from .conftest import BACKENDS, CAP, STORE_VARIANTS, VARIANTS, S, variant_params
-from .workload import BLOCK, Reference, Request, requests
+from .workload import BLOCK, Reference, Request, metadata_for, requests
 
 
 def check_same(got: MatchResult, want: MatchResult, query: np.ndarray) -> None:
@@ -103,3 +105,45 @@ def test_capped_radix_stays_under_cap(opener):
     assert st["store_reads"] > 0 and st["spill_store"]["logical_writes"] > 0
     assert uncapped.stats()["dram_bytes"] > 4 * CAP
     assert uncapped.stats()["entries"] == st["entries"]
+
+
+def long_requests(seed: int, sessions: int = 300, turns: int = 2) -> Iterator[Request]:
+    """One long shared prompt (an edge of several KiB) that every session forks right after
+    (a node of several hundred children), then more turns that walk back through it."""
+    rng = np.random.default_rng(seed)
+    prompt = rng.integers(0, 50, 3000)
+    histories = [np.concatenate([prompt, rng.integers(0, 50, 8)]) for _ in range(sessions)]
+    serial = 0
+    for _ in range(turns):
+        for s, history in enumerate(histories):
+            histories[s] = np.concatenate([history, rng.integers(0, 50, 12)])
+            serial += 1
+            full = block_ids(histories[s].astype(np.uint32), BLOCK)
+            yield Request(block_ids(history.astype(np.uint32), BLOCK), full,
+                          metadata_for(full, serial))
+
+
+@pytest.mark.parametrize("backend", ["memory", "odirect"])
+def test_capped_radix_spills_nodes_larger_than_a_record(backend, opener):
+    """Segment-Radix (capped) works when a spilled node exceeds the store's largest value
+    (odirect's slot): such a node is written and read back in pieces."""
+    idx = opener("segment_radix", backend=backend, segment_blocks=S, block_size=BLOCK,
+                 durability="none", capped=CAP)
+    oracle = opener("exact", "oracle", block_size=BLOCK)
+    assert run_against_oracle(idx, oracle, long_requests(4)) > 0
+    limit = idx.stats()["spill_store"].get("max_value_size")
+    assert (limit is not None) == (backend == "odirect")
+    if limit is not None:
+        assert idx.stats()["spill_store"]["logical_writes"] > idx.stats()["store_writes"] // 2
+
+
+def test_radix_node_pieces_round_trip():
+    """A sealed node is cut into pieces of the store's value size and reassembled."""
+    table = NodeTable(None, None)
+    table.piece_bytes = 100
+    blob = bytes(range(256)) * 3
+    pieces = table._pieces(7, blob)
+    assert [k & ((1 << PIECE_SHIFT) - 1) for k, _ in pieces] == [7] * 8
+    assert [k >> PIECE_SHIFT for k, _ in pieces] == list(range(8))
+    assert b"".join(v for _, v in pieces) == blob and max(len(v) for _, v in pieces) == 100
+    assert table._pieces(7, blob[:100]) == [(7, blob[:100])]
