@@ -318,21 +318,28 @@ cdef class RoutingTable:
     def _compact(self, Py_ssize_t need):
         """Drop superseded list versions: copy live lists into fresh arrays."""
         g = self.g
-        m = self.n_entries
+        cdef Py_ssize_t m = self.n_entries
         size = max(64, (self.live_refs + need) * 5 // 4)
-        rs = np.zeros(size, np.uint64)
-        rf = np.zeros(size, np.uint64)
-        er = g.entry_ref.copy()
-        off = 0
-        for e in range(m):
-            packed = int(er[e])
-            o, n = packed >> LEN_BITS, packed & LEN_MASK
-            rs[off:off + n] = g.ref_seg[o:o + n]
-            rf[off:off + n] = g.ref_filter[o:o + n]
-            er[e] = (off << LEN_BITS) | n
-            off += n
+        rs_new = np.zeros(size, np.uint64)
+        rf_new = np.zeros(size, np.uint64)
+        er_new = g.entry_ref.copy()
+        cdef uint64_t[::1] rs = rs_new
+        cdef uint64_t[::1] rf = rf_new
+        cdef uint64_t[::1] old_s = g.ref_seg
+        cdef uint64_t[::1] old_f = g.ref_filter
+        cdef int64_t[::1] er = er_new
+        cdef Py_ssize_t off = 0, e, o, n, i
+        with nogil:
+            for e in range(m):
+                o = er[e] >> LEN_BITS
+                n = er[e] & LEN_MASK
+                for i in range(n):
+                    rs[off + i] = old_s[o + i]
+                    rf[off + i] = old_f[o + i]
+                er[e] = (<int64_t>off << LEN_BITS) | n
+                off += n
         self.arena_used = off
-        self.g = _Generation(g.keys, g.slots, g.entry_key, er, g.entry_flags, rs, rf)
+        self.g = _Generation(g.keys, g.slots, g.entry_key, er_new, g.entry_flags, rs_new, rf_new)
 
     # -- whole-directory views, for statistics and snapshots -----------------------------------
     def entry_flags(self):
