@@ -12,10 +12,10 @@ CHUNK = 1 << 20  # bytes per read (a multiple of any logical block size)
 MIN_BYTES = 8 << 20
 
 
-def sequential_read(directory: Path, nbytes: int) -> dict[str, float]:
+def sequential_read(directory: Path, nbytes: int, repeat: int = 3) -> dict[str, float]:
     """Write a file of about ``nbytes`` (at least 8 MiB) in ``directory``, then read it back
-    sequentially with O_DIRECT: {"bytes", "seconds", "mb_per_s"}. Raises OSError where the
-    file system refuses O_DIRECT."""
+    sequentially with O_DIRECT ``repeat`` times: {"bytes", "seconds", "mb_per_s"} of the
+    median read. Raises OSError where the file system refuses O_DIRECT."""
     size = max(MIN_BYTES, -(-nbytes // CHUNK) * CHUNK)
     path = directory / "seqread.bin"
     block = os.urandom(CHUNK)
@@ -25,23 +25,29 @@ def sequential_read(directory: Path, nbytes: int) -> dict[str, float]:
                 f.write(block)
             f.flush()
             os.fsync(f.fileno())
-        buf = mmap.mmap(-1, CHUNK)  # page-aligned, as O_DIRECT needs
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
-        try:
-            t0 = time.perf_counter()
-            offset = 0
-            while offset < size:
-                got = os.preadv(fd, [buf], offset)
-                if got <= 0:
-                    break
-                offset += got
-            seconds = time.perf_counter() - t0
-        finally:
-            os.close(fd)
-            buf.close()
+        reads = sorted(_read_direct(path, size) for _ in range(repeat))
     finally:
         path.unlink(missing_ok=True)
+    offset, seconds = reads[len(reads) // 2][1], reads[len(reads) // 2][0]
     return {"bytes": offset, "seconds": seconds, "mb_per_s": offset / seconds / 1e6}
+
+
+def _read_direct(path: Path, size: int) -> tuple[float, int]:
+    """(seconds, bytes) of one sequential O_DIRECT read of ``path`` in CHUNK-sized reads."""
+    buf = mmap.mmap(-1, CHUNK)  # page-aligned, as O_DIRECT needs
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    try:
+        t0 = time.perf_counter()
+        offset = 0
+        while offset < size:
+            got = os.preadv(fd, [buf], offset)
+            if got <= 0:
+                break
+            offset += got
+        return time.perf_counter() - t0, offset
+    finally:
+        os.close(fd)
+        buf.close()
 
 
 def drop_page_cache(path: Path) -> None:
