@@ -179,8 +179,11 @@ class BaselineIndex(ABC):
         return {}
 
     # -- helpers for designs ----------------------------------------------------------------------
-    def _open_store(self, name: str) -> RecordStore:
-        return open_store(self.settings.backend, self.path / name, **self._store_args)
+    def _open_store(self, name: str, **overrides: Any) -> RecordStore:
+        """Open the record store ``path/name`` with the index's store arguments, some replaced
+        by ``overrides``."""
+        return open_store(self.settings.backend, self.path / name,
+                          **{**self._store_args, **overrides})
 
     def _stores(self) -> list[RecordStore]:
         """Every store the design opened (closed by close())."""

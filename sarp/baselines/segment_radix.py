@@ -9,11 +9,12 @@ rewritten, so the first writer's metadata stays. A match walks the tree, reads t
 under the matched path in one ``get_many`` and verifies their block IDs against the query.
 
 ``capped=bytes`` bounds the resident nodes' DRAM: after each operation the least recently used
-nodes are evicted, dirty ones written to a second record store (``path/spill``); a walk that
-reaches an evicted node reads it back. Spill reads and writes are counted as store reads and
-writes. ``snapshot()`` writes every resident node (the whole tree when uncapped; the capped
-variant first spills its dirty nodes) to ``radix.snap``; opening an existing index loads and
-rebuilds them: the recovery cost the paper measures. ``close()`` snapshots; inserts after the
+nodes are evicted, dirty ones written to a second record store (``path/spill``, opened with the
+engine's smallest cache so that the design's DRAM stays the cap plus the main store's budget);
+a walk that reaches an evicted node reads it back. Spill reads and writes are counted as store
+reads and writes. ``snapshot()`` writes every resident node (the whole tree when uncapped; the
+capped variant first spills its dirty nodes) to ``radix.snap``; opening an existing index loads
+and rebuilds them: the recovery cost the paper measures. ``close()`` snapshots; inserts after the
 last snapshot do not survive a crash (their segments become unreachable).
 """
 
@@ -54,7 +55,10 @@ class SegmentRadix(BaselineIndex):
 
     def _recover(self) -> dict[str, Any]:
         cap = self.settings.capped
-        self._spill = self._open_store(SPILL_DIR) if cap is not None else None
+        # The spill store gets the engine's smallest cache (a budget of 1 byte is raised to
+        # it): the design's DRAM is the capped tree plus the main store's budget, as SARP's is
+        # its routing directory plus its store's budget. A second full budget would double it.
+        self._spill = self._open_store(SPILL_DIR, memory_budget=1) if cap is not None else None
         self._tree = NodeTable(cap, self._spill)
         self._next_segment = 0
         file = self.path / SNAPSHOT_FILE
