@@ -113,7 +113,9 @@ class Index:
                                                     st["new_blocks"], np.asarray(written)))
                 if self.store.durability == "sync":
                     self._journal.sync()
-        self._schedule(events)
+        if events.refine or events.remat:
+            self._schedule(events)
+            time.sleep(0)  # let the worker take the GIL and start now, as on a spare core
         with self._counter_lock:
             self.counters["inserts"] += 1
             for k in ("segments_written", "segments_extended", "blocks_written"):
