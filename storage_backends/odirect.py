@@ -61,7 +61,7 @@ class ODirectStore(RecordStore):
         clean = self._open_header(key_mode, max_value_size)
         self._slot_bytes = 2 * self._vbytes
         self._data = self._io.open(self.path / "slots.dat", direct=self.direct_io)
-        self._buf = aligned_buffer(self._slot_bytes)
+        self._local = threading.local()  # each reader thread's aligned read buffer
         self._wbuf = aligned_buffer(self._vbytes)
         self._nslots = -(-self._data.size() // self._slot_bytes)
         self._slot_of: dict[int, int] = {}
@@ -158,10 +158,16 @@ class ODirectStore(RecordStore):
             return (0, *a[1:], bad)
         return (-1, 0, 0, 0, 0, bad)
 
-    def _read(self, slot: int, copies: int, offset: int = 0) -> None:
-        """Read ``copies`` version copies of ``slot`` from copy ``offset`` into the buffer."""
+    def _read_buffer(self) -> Any:
+        buf = getattr(self._local, "buf", None)
+        if buf is None:
+            buf = self._local.buf = aligned_buffer(self._slot_bytes)
+        return buf
+
+    def _read(self, buf: Any, slot: int, copies: int, offset: int = 0) -> None:
+        """Read ``copies`` version copies of ``slot`` from copy ``offset`` into ``buf``."""
         size = copies * self._vbytes
-        view = memoryview(self._buf)[:size]
+        view = memoryview(buf)[:size]
         n = self._data.pread(view, slot * self._slot_bytes + offset * self._vbytes) \
             if slot < self._nslots else 0
         if n < size:
@@ -249,37 +255,45 @@ class ODirectStore(RecordStore):
             self._commit()
 
     def _get_many(self, keys: list[int]) -> list[bytes | None]:
+        """Without the store lock, so reader threads overlap: a writer fills the other copy
+        before flipping the slot's newest-copy bit, so a reader sees the old or the new
+        version whole; a slot that a concurrent delete freed and another key took is told
+        by the key in the version."""
         out: list[bytes | None] = []
-        with self._lock:
-            for key in keys:
-                slot = self._slot(key)
-                out.append(None if slot is None else self._value(slot))
+        for key in keys:
+            slot = self._slot(key)
+            out.append(None if slot is None else self._value(slot, key))
         return out
 
-    def _value(self, slot: int) -> bytes | None:
-        """The slot's live value: one read of its newest copy; if that copy fails its checks
-        (corruption, or a slot never written), both copies are read and the newest valid one
-        is served, or CorruptionError raised when neither is valid."""
+    def _value(self, slot: int, key: int) -> bytes | None:
+        """The live value of ``key`` at ``slot``: one read of the newest copy; if that copy
+        fails its checks (corruption, or a slot never written), both copies are read and the
+        newest valid one is served, or CorruptionError raised when neither is valid."""
+        buf = self._read_buffer()
         copy = self._newest_copy(slot)
-        self._read(slot, 1, copy)
-        state, _, flags, _, n = self._parse(self._buf, 0, slot)
+        self._read(buf, slot, 1, copy)
+        state, _, flags, found, n = self._parse(buf, 0, slot)
         start = _VERSION.size
         if state != VALID:
-            self._read(slot, 2)
-            copy, _, flags, _, n, bad = self._newest(self._buf, 0, slot)
+            self._read(buf, slot, 2)
+            copy, _, flags, found, n, bad = self._newest(buf, 0, slot)
+            if copy < 0 and bad:
+                with self._lock:  # once more with writers held off: a read racing two
+                    self._read(buf, slot, 2)  # rewrites of the slot can see both copies torn
+                    copy, _, flags, found, n, bad = self._newest(buf, 0, slot)
             if copy < 0:
                 if bad:
                     raise CorruptionError(f"slots.dat: slot {slot}: no version passes its checks")
                 return None
             start += copy * self._vbytes
-        if flags != LIVE:
+        if flags != LIVE or found != key:
             return None
-        return self._buf[start:start + n]
+        return buf[start:start + n]
 
     def _delete(self, key: int) -> None:
         with self._lock:
             slot = self._slot(key)
-            if slot is None or self._value(slot) is None:
+            if slot is None or self._value(slot, key) is None:
                 return
             self._write_version(slot, DELETED, key, b"")
             if self._sparse:

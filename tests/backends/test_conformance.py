@@ -220,6 +220,45 @@ def test_concurrent_readers_and_a_writer(store: RecordStore) -> None:
         payload(k) for k in range(10 * n, 10 * n + 500)]
 
 
+def versioned(key: int, version: int) -> bytes:
+    """A value naming its key and version, of a size that changes with the version."""
+    return (key.to_bytes(8, "little") + version.to_bytes(8, "little")) * (4 + version % 40)
+
+
+def test_readers_see_whole_versions_during_rewrites(store: RecordStore) -> None:
+    """Readers racing rewrites and deletes of the same keys get a whole version or None."""
+    keys = list(range(40))
+    rounds = 60
+    errors: list[BaseException] = []
+    done = threading.Event()
+    store.put_many([(k, versioned(k, 0)) for k in keys])
+
+    def reader(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            while not done.is_set():
+                k = rng.choice(keys)
+                got = store.get(k)
+                if got is not None:
+                    version = int.from_bytes(got[8:16], "little")
+                    assert got == versioned(k, version) and version <= rounds, k
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=reader, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    try:
+        for v in range(1, rounds + 1):
+            store.put_many([(k, versioned(k, v)) for k in keys])
+            store.delete(keys[v % len(keys)])
+    finally:
+        done.set()
+        for t in threads:
+            t.join()
+    assert not errors, errors[0]
+
+
 def test_closed_store_raises(store: RecordStore) -> None:
     store.put_many([(k, b"v") for k in range(3000)])
     scan = store.scan()
