@@ -7,8 +7,10 @@ with that many records (random keys, put_many batches), reopened, and measured: 
 gets (mean and p99 latency) and single random overwrites (throughput, group durability with a
 flush at the end). Each engine runs with direct I/O and a memory budget of 10% of the data
 size, and buffered (direct_io=False) for contrast. The physical reference is os.preadv of the
-same sizes at random aligned offsets of a file opened with O_DIRECT on the same file system.
-Each measurement is repeated and the median reported. Results go to DIR/backends.json and a
+same sizes at random aligned offsets of a file opened with O_DIRECT on the same file system,
+sampled right after each repeat of every engine's gets: "x raw preadv" is the median over the
+repeats of engine mean / raw mean of the same moment, robust to the machine's drift. Each
+measurement is repeated and the median reported. Results go to DIR/backends.json and a
 markdown table to stdout and DIR/backends.md. See docs/backends_benchmark.md.
 """
 
@@ -63,19 +65,66 @@ def latency_summary(samples_ns: list[int]) -> tuple[float, float]:
     return statistics.fmean(ordered) / 1e3, p99 / 1e3
 
 
+class RawReference:
+    """The physical reference: O_DIRECT ``os.preadv`` of ``size`` bytes (rounded up to pages)
+    at random page-aligned offsets of a file of the data size, on the file system under test.
+    Sampled beside every engine's reads, so each ratio compares reads of the same moment."""
+
+    def __init__(self, size: int, records: int, workdir: Path):
+        self.length = -(-size // PAGE) * PAGE
+        file_size = max(-(-records * size // PAGE) * PAGE, 64 * self.length)
+        self.path = workdir / f"raw-{size}-{records}.bin"
+        self.disk_bytes = file_size
+        self._slots = file_size // PAGE - self.length // PAGE
+        self._rng = random.Random(size)
+        self._fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_TRUNC | os.O_DIRECT, 0o600)
+        self._buf = mmap.mmap(-1, self.length)  # page-aligned, as O_DIRECT needs
+        chunk = mmap.mmap(-1, 8 << 20)
+        chunk.write(os.urandom(len(chunk)))  # real data: a sparse file would not touch the disk
+        for off in range(0, file_size, len(chunk)):
+            os.pwritev(self._fd, [memoryview(chunk)[:min(len(chunk), file_size - off)]], off)
+        os.fsync(self._fd)
+        chunk.close()
+
+    def sample(self, reads: int) -> tuple[float, float]:
+        """(mean, p99) microseconds of ``reads`` random reads."""
+        samples = []
+        for _ in range(reads):
+            off = self._rng.randrange(self._slots + 1) * PAGE
+            t = time.perf_counter_ns()
+            os.preadv(self._fd, [self._buf], off)
+            samples.append(time.perf_counter_ns() - t)
+        return latency_summary(samples)
+
+    def row(self, size: int, records: int, args: Any) -> dict[str, Any]:
+        """The reference's own row: ``args.repeats`` samples, medians."""
+        means, p99s = zip(*(self.sample(args.reads) for _ in range(args.repeats)), strict=True)
+        return {"engine": "raw preadv", "direct_io": True, "value_size": size,
+                "records": records, "memory_budget": 0, "disk_bytes": self.disk_bytes,
+                "load_records_per_s": None, "get_mean_us": statistics.median(means),
+                "get_p99_us": statistics.median(p99s), "put_ops_per_s": None,
+                "repeats": args.repeats, "read_bytes": self.length, "raw_mean_us": None,
+                "get_vs_raw": 1.0}
+
+    def close(self) -> None:
+        os.close(self._fd)
+        self._buf.close()
+        self.path.unlink()
+
+
 def bench_engine(kind: str, direct_io: bool, size: int, records: int, args: Any,
-                 workdir: Path) -> dict[str, Any]:
+                 workdir: Path, raw: RawReference) -> dict[str, Any]:
     """Load, reopen, then measure gets and puts of one engine configuration."""
     path = workdir / f"{kind}-{size}-{records}-{'direct' if direct_io else 'buffered'}"
     shutil.rmtree(path, ignore_errors=True)
     try:
-        return _bench_engine(kind, direct_io, size, records, args, path)
+        return _bench_engine(kind, direct_io, size, records, args, path, raw)
     finally:
         shutil.rmtree(path, ignore_errors=True)
 
 
 def _bench_engine(kind: str, direct_io: bool, size: int, records: int, args: Any,
-                  path: Path) -> dict[str, Any]:
+                  path: Path, raw: RawReference) -> dict[str, Any]:
     budget = max(1 << 20, records * size // 10)
     rng = random.Random(records * 7 + size)
     keys = rng.sample(range(1 << 62), records)
@@ -87,7 +136,7 @@ def _bench_engine(kind: str, direct_io: bool, size: int, records: int, args: Any
         store.flush()
     load_s = time.perf_counter() - t0
     drop_page_cache(path)
-    means, p99s, put_rates = [], [], []
+    means, p99s, put_rates, raw_means = [], [], [], []
     with open_store(kind, path, durability="group", **opts) as store:
         for _ in range(args.repeats):
             samples = []
@@ -100,6 +149,7 @@ def _bench_engine(kind: str, direct_io: bool, size: int, records: int, args: Any
             mean, p99 = latency_summary(samples)
             means.append(mean)
             p99s.append(p99)
+            raw_means.append(raw.sample(args.reads)[0])
             batch = rng.choices(keys, k=args.puts)
             t = time.perf_counter()
             for k in batch:
@@ -112,44 +162,9 @@ def _bench_engine(kind: str, direct_io: bool, size: int, records: int, args: Any
             "memory_budget": budget, "disk_bytes": disk, "load_records_per_s": records / load_s,
             "get_mean_us": statistics.median(means), "get_p99_us": statistics.median(p99s),
             "put_ops_per_s": statistics.median(put_rates), "repeats": args.repeats,
+            "raw_mean_us": statistics.median(raw_means),
+            "get_vs_raw": statistics.median(m / r for m, r in zip(means, raw_means, strict=True)),
             "stats": engine_stats}
-
-
-def bench_raw(size: int, records: int, args: Any, workdir: Path) -> dict[str, Any]:
-    """O_DIRECT os.preadv of ``size`` bytes (rounded up to pages) at random aligned offsets."""
-    length = -(-size // PAGE) * PAGE
-    file_size = max(-(-records * size // PAGE) * PAGE, 64 * length)
-    path = workdir / f"raw-{size}-{records}.bin"
-    chunk = mmap.mmap(-1, 8 << 20)
-    chunk.write(os.urandom(len(chunk)))  # real data: a sparse file would not touch the device
-    fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_TRUNC | os.O_DIRECT, 0o600)
-    buf = mmap.mmap(-1, length)  # mmap memory is page-aligned, as O_DIRECT needs
-    try:
-        for off in range(0, file_size, len(chunk)):
-            os.pwritev(fd, [memoryview(chunk)[:min(len(chunk), file_size - off)]], off)
-        os.fsync(fd)
-        rng = random.Random(size)
-        slots = file_size // PAGE - length // PAGE
-        means, p99s = [], []
-        for _ in range(args.repeats):
-            samples = []
-            for _ in range(args.reads):
-                off = rng.randrange(slots + 1) * PAGE
-                t = time.perf_counter_ns()
-                os.preadv(fd, [buf], off)
-                samples.append(time.perf_counter_ns() - t)
-            mean, p99 = latency_summary(samples)
-            means.append(mean)
-            p99s.append(p99)
-    finally:
-        os.close(fd)
-        buf.close()
-        chunk.close()
-        path.unlink()
-    return {"engine": "raw preadv", "direct_io": True, "value_size": size, "records": records,
-            "memory_budget": 0, "disk_bytes": file_size, "load_records_per_s": None,
-            "get_mean_us": statistics.median(means), "get_p99_us": statistics.median(p99s),
-            "put_ops_per_s": None, "repeats": args.repeats, "read_bytes": length}
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
@@ -158,14 +173,15 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         return "-" if x is None else format(x, fmt)
 
     lines = ["| engine | I/O | value | records | budget MiB | load rec/s | get mean us "
-             "| get p99 us | put ops/s | DRAM B/key |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| get p99 us | x raw preadv | put ops/s | DRAM B/key |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         dram = r.get("stats", {}).get("dram_bytes")
         lines.append(
             f"| {r['engine']} | {'direct' if r['direct_io'] else 'buffered'} | {r['value_size']} "
             f"| {r['records']} | {r['memory_budget'] / (1 << 20):.1f} "
             f"| {num(r['load_records_per_s'], ',.0f')} | {r['get_mean_us']:.1f} "
-            f"| {r['get_p99_us']:.1f} | {num(r['put_ops_per_s'], ',.0f')} "
+            f"| {r['get_p99_us']:.1f} | {r['get_vs_raw']:.2f} | {num(r['put_ops_per_s'], ',.0f')} "
             f"| {num(None if dram is None else dram / r['records'], '.2f')} |")
     return "\n".join(lines)
 
@@ -197,15 +213,22 @@ def main() -> None:
             if need > free:
                 print(f"skipping {records} x {size} B: needs ~{need >> 20} MiB, {free >> 20} free")
                 continue
-            rows.append(bench_raw(size, records, args, workdir))
-            for kind in engines:
-                for direct_io in modes:
-                    try:
-                        rows.append(bench_engine(kind, direct_io, size, records, args, workdir))
-                    except Exception as e:  # an engine that cannot take this size: say so, go on
-                        print(f"{kind} (direct_io={direct_io}) {records} x {size} B failed: {e}")
-                        continue
-                    print(markdown(rows[-1:]).splitlines()[-1], flush=True)
+            raw = RawReference(size, records, workdir)
+            try:
+                rows.append(raw.row(size, records, args))
+                print(markdown(rows[-1:]).splitlines()[-1], flush=True)
+                for kind in engines:
+                    for direct_io in modes:
+                        try:
+                            rows.append(bench_engine(kind, direct_io, size, records, args,
+                                                     workdir, raw))
+                        except Exception as e:  # an engine that cannot take this size: go on
+                            print(f"{kind} (direct_io={direct_io}) {records} x {size} B "
+                                  f"failed: {e}")
+                            continue
+                        print(markdown(rows[-1:]).splitlines()[-1], flush=True)
+            finally:
+                raw.close()
     (args.out / "backends.json").write_text(json.dumps(rows, indent=1, default=str))
     table = markdown(rows)
     (args.out / "backends.md").write_text(table + "\n")
