@@ -1,8 +1,12 @@
 """Per-page Bloom filters of flashlog, probed for a whole chain of pages at once with numpy.
 
-A page of n keys gets ``m = 64 * ceil(n * BITS_PER_KEY / 64)`` bits and ``K`` probes by double
-hashing: bit ``(a + i*b) mod m`` for i < K, with ``a``, ``b`` from one XXH64 of the key. With 16
-bits per key the false-positive rate per page is about 5e-4.
+A page of n keys gets ``m = 64 * ceil(n * bits / 64)`` bits and ``K`` probes by double hashing:
+bit ``(a + i*b) mod m`` for i < K, with ``a``, ``b`` from one XXH64 of the key. With 16 bits per
+key the false-positive rate per page is about 5e-4. An exact page (every key's 16-bit fence is
+one of the page's block fences, as when every record spans blocks) gets 8 bits per key (rate
+about 4e-2), because a lookup there also needs its fence among the page's fences, a 16-bit
+check that passes by chance with probability (distinct fences)/65536; see
+docs/flashlog_format.txt for the trade-off.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import numpy as np
 from sarp._core.hashing import xxh64
 
 BITS_PER_KEY = 16
+BITS_PER_KEY_EXACT = 8
 K = 11
 SEED = 0x5EED
 _I = np.arange(K, dtype=np.uint64)
@@ -23,9 +28,9 @@ def probes(key_bytes: bytes) -> np.ndarray:
     return np.uint64(h >> 32) + np.uint64((h & 0xFFFFFFFF) | 1) * _I
 
 
-def words_for(nkeys: int) -> int:
-    """64-bit words of the filter of a page with ``nkeys`` keys."""
-    return max(1, -(-nkeys * BITS_PER_KEY // 64))
+def words_for(nkeys: int, exact: bool = False) -> int:
+    """64-bit words of the filter of a page with ``nkeys`` keys (``exact``: see above)."""
+    return max(1, -(-nkeys * (BITS_PER_KEY_EXACT if exact else BITS_PER_KEY) // 64))
 
 
 def build(probe_rows: list[np.ndarray], nwords: int) -> np.ndarray:

@@ -28,6 +28,11 @@ MANIFEST_MAGIC = b"SARPFLM1"
 # instances, block size, log number, its synced blocks, WAL number and blocks at a clean close
 _MANIFEST = struct.Struct("<IIQQQQ")
 DEFAULT_INSTANCES = 64
+# Pages are sized by the memory budget: half of it holds one full page buffer per instance
+# (buffers fill in turn, so on average they hold a quarter), up to this many blocks. Larger
+# pages mean shorter chains (fewer filter probes and false positives per lookup) and less DRAM
+# per key for the per-page state.
+MAX_PAGE_BLOCKS = 256
 COMPACT_FLOOR = 4 << 20  # no compaction below this many record bytes in the log
 _END = REC.pack(BATCH_END, 0, 0)
 
@@ -49,8 +54,8 @@ class FlashLogStore(RecordStore):
         self.compactions = 0
         manifest = self._open_manifest(instances)
         self._ninst, self._block, log_no, log_synced, closed_wal, closed_blocks = manifest
-        self._page_target = min(64, max(4, memory_budget // 4 // self._ninst // self._block)) \
-            * (self._block - 8)
+        self._page_target = min(MAX_PAGE_BLOCKS, max(
+            4, memory_budget // 2 // self._ninst // self._block)) * (self._block - 8)
         self._wal_limit = max(4 << 20, 2 * self._ninst * self._page_target)
         self._buffers: list[dict[int, tuple[int, bytes]]] = [{} for _ in range(self._ninst)]
         self._buffered = [0] * self._ninst
@@ -126,7 +131,7 @@ class FlashLogStore(RecordStore):
         Garbage accounting: a record shadowing one in the log adds the shadowed size, known
         exactly for deletes (``old_size``) and estimated by the new size for puts.
         """
-        kb, h, inst = self._route(key)
+        kb, _, inst = self._route(key)
         buf = self._buffers[inst]
         size = REC.size + len(value)
         prev = buf.pop(key, None)
@@ -137,11 +142,7 @@ class FlashLogStore(RecordStore):
             self._garbage += old_size + size
         elif self._log.may_contain(inst, bloom.probes(kb)):
             self._garbage += size
-        rec = (TOMBSTONE if tombstone else PUT, value)
-        if size > self._log.payload:
-            self._log.append(inst, [(h, key, *rec)])
-            return
-        buf[key] = rec
+        buf[key] = (TOMBSTONE if tombstone else PUT, value)
         self._buffered[inst] += size
         if self._buffered[inst] >= self._page_target or len(buf) >= MAX_PAGE_KEYS:
             self._flush_instance(inst)
@@ -189,11 +190,7 @@ class FlashLogStore(RecordStore):
             page: list[tuple[int, int, int, bytes]] = []
             size = 0
             for k, v in live:
-                h = self._route(k)[1]
-                if REC.size + len(v) > new.payload:
-                    new.append(inst, [(h, k, PUT, v)])
-                    continue
-                page.append((h, k, PUT, v))
+                page.append((self._route(k)[1], k, PUT, v))
                 size += REC.size + len(v)
                 if size >= self._page_target or len(page) >= MAX_PAGE_KEYS:
                     new.append(inst, page)
@@ -214,6 +211,10 @@ class FlashLogStore(RecordStore):
     def _put_many(self, pairs: list[tuple[int, bytes]]) -> None:
         with self._lock:
             assert self._wal is not None
+            for _, v in pairs:
+                if REC.size + len(v) > self._log.max_record:
+                    raise ValueError(f"flashlog holds values of at most "
+                                     f"{self._log.max_record - REC.size} bytes, got {len(v)}")
             for k, v in pairs:
                 self._wal.append(REC.pack(PUT, k, len(v)) + v)
                 self._apply(k, v)

@@ -1,8 +1,10 @@
 """The page log of flashlog: append-only pages, each with the Bloom filter of its keys.
 
-A page is a header block (filter, block fences) and data blocks of records sorted by key hash.
-DRAM keeps, per instance, the chain of its pages' filters and places, plus one 16-bit fence per
-data block (the top hash bits of the first record in it), so a lookup reads only the block the
+A page is a header block (filter, block fences) and data blocks carrying the page's records,
+sorted by key hash, as one stream: a record that fits in a block never crosses a block
+boundary; a record larger than a block continues over the next blocks. DRAM keeps, per
+instance, the chain of its pages' filters and places, plus one 16-bit fence per block (the top
+hash bits of the record covering the block's first byte), so a lookup reads only the blocks the
 key can be in. Format: docs/flashlog_format.txt.
 """
 
@@ -15,20 +17,22 @@ from typing import Any
 
 import numpy as np
 
-from sarp.errors import ChecksumError, CorruptionError
+from sarp.errors import ChecksumError, CorruptionError, UnsupportedVersionError
 from storage_backends import bloom
 from storage_backends.blockframe import SEAL, intact, seal
 from storage_backends.io import FileIO, aligned_buffer
 
 PAGE_MAGIC = 0x47504C46  # b"FLPG" little-endian
-PAGE_VERSION = 1
-LARGE = 1  # page flag: one record spread over all data blocks
+PAGE_VERSION = 2
+EXACT = 1  # page flag: every record's fence is the fence of one of the page's data blocks
 _PAGE = struct.Struct("<IBBHIIII")  # magic, version, flags, instance, records, blocks, words,
 #                                     record bytes
+_FIRST = struct.Struct("<H")  # data block prefix: area offset of the first record starting in it
+NO_START = 0xFFFF  # ... or this: the whole block continues a record begun in an earlier block
 REC = struct.Struct("<BQI")  # type, key, value length; then the value
 PUT, TOMBSTONE, BATCH_END = 1, 2, 3
 MAX_PAGE_KEYS = 1024
-_LARGE_BIT = 1 << 31
+_EXACT_BIT = 1 << 31
 
 
 def fence(h: int) -> int:
@@ -36,35 +40,48 @@ def fence(h: int) -> int:
     return h >> 48
 
 
+def _grow(a: np.ndarray, need: int) -> np.ndarray:
+    """``a`` with room for ``need`` rows: 1/32 growth slack, so DRAM stays close to what is
+    used while appends stay amortised O(1)."""
+    out = np.zeros((need + need // 32 + 1, *a.shape[1:]), dtype=a.dtype)
+    out[:len(a)] = a
+    return out
+
+
 class Chain:
-    """DRAM state of one instance: per page (oldest first) its filter and where it lies."""
+    """DRAM state of one instance: per page (oldest first) its filter and where it lies.
+
+    12 bytes per page: first filter word, start block, and filter bits (low 16 bits) | blocks
+    (bits 16..30) | exact flag (bit 31).
+    """
 
     def __init__(self) -> None:
         self.n = 0
-        self.meta = np.zeros((4, 4), dtype=np.uint32)  # first word, bits, start block, blocks
-        self.words = np.zeros(4, dtype=np.uint64)
+        self.meta = np.zeros((0, 3), dtype=np.uint32)
+        self.words = np.zeros(0, dtype=np.uint64)
         self.nwords = 0
 
-    def add(self, words: np.ndarray, start: int, nblocks: int, large: bool) -> None:
+    def add(self, words: np.ndarray, start: int, nblocks: int, exact: bool) -> None:
         if self.n == len(self.meta):
-            self.meta = np.resize(self.meta, (len(self.meta) * 5 // 4 + 4, 4))
-        while self.nwords + len(words) > len(self.words):
-            self.words = np.resize(self.words, len(self.words) * 5 // 4 + 64)
-        self.words[self.nwords:self.nwords + len(words)] = words
-        self.meta[self.n] = (self.nwords, 64 * len(words), start,
-                             nblocks | (_LARGE_BIT if large else 0))
-        self.nwords += len(words)
+            self.meta = _grow(self.meta, self.n + 1)
+        need = self.nwords + len(words)
+        if need > len(self.words):
+            self.words = _grow(self.words, need)
+        self.words[self.nwords:need] = words
+        self.meta[self.n] = (self.nwords, start,
+                             64 * len(words) | nblocks << 16 | (_EXACT_BIT if exact else 0))
+        self.nwords = need
         self.n += 1
 
     def hits(self, probe: np.ndarray) -> np.ndarray:
         """Pages whose filter may hold the key, newest first."""
         m = self.meta[:self.n]
-        return bloom.chain_hits(self.words, m[:, 0], m[:, 1], probe)[::-1]
+        return bloom.chain_hits(self.words, m[:, 0], m[:, 2] & np.uint32(0xFFFF), probe)[::-1]
 
     def page(self, j: int) -> tuple[int, int, bool]:
-        """(start block, blocks, large) of page ``j``."""
-        _, _, start, nb = self.meta[j].tolist()
-        return start, nb & ~_LARGE_BIT, bool(nb & _LARGE_BIT)
+        """(start block, blocks, exact) of page ``j``."""
+        _, start, packed = self.meta[j].tolist()
+        return start, (packed >> 16) & 0x7FFF, bool(packed & _EXACT_BIT)
 
     def nbytes(self) -> int:
         return self.meta.nbytes + self.words.nbytes
@@ -79,9 +96,12 @@ class PageLog:
         self.number = number
         self.block = block
         self.payload = block - SEAL
+        self.area = self.payload - _FIRST.size  # record bytes of a data block
+        # the largest record a page can hold: its fences must fit in the header block
+        self.max_record = (self.payload - _PAGE.size - 8) // 2 * self.area
         self.file = io.open(path, direct=direct)
         self.chains = [Chain() for _ in range(instances)]
-        self.fences = np.zeros(1024, dtype=np.uint16)
+        self.fences = np.zeros(0, dtype=np.uint16)
         self.end = 0  # blocks in the log
         self.records = 0
         self.record_bytes = 0
@@ -91,48 +111,74 @@ class PageLog:
         return (self.number << 40) | blk
 
     # -- appending ---------------------------------------------------------------------------
-    def append(self, inst: int, recs: list[tuple[int, int, int, bytes]]) -> None:
-        """Append one page of ``recs`` = [(hash, key, type, value)] of instance ``inst``.
+    def _layout(self, encoded: list[tuple[int, bytes]]) -> tuple[bytearray, list[int], list[int]]:
+        """Place the sorted ``encoded`` = [(hash, record)] over data blocks: (stream of the
+        blocks' record areas, first-start offset and fence of each data block)."""
+        a = self.area
+        stream = bytearray()
+        starts: list[int] = []
+        for _, e in encoded:
+            room = a - len(stream) % a
+            if len(e) > room and (len(e) <= a or room < REC.size):
+                stream += bytes(room)  # starts the next block; type 0 pads this one
+            starts.append(len(stream))
+            stream += e
+        nblk = -(-len(stream) // a)
+        stream += bytes(nblk * a - len(stream))
+        firsts = [NO_START] * nblk
+        for s in reversed(starts):
+            firsts[s // a] = s % a
+        fences = []
+        j = 0
+        for i in range(nblk):  # the record covering the block's first byte
+            while j + 1 < len(starts) and starts[j + 1] <= i * a:
+                j += 1
+            fences.append(fence(encoded[j][0]))
+        return stream, firsts, fences
 
-        A single record larger than a block payload makes a large page; otherwise no record
-        crosses a block boundary.
-        """
-        encoded = [(h, REC.pack(t, k, len(v)) + v) for h, k, t, v in sorted(recs)]
-        large = len(encoded) == 1 and len(encoded[0][1]) > self.payload
-        if large:
-            data = encoded[0][1]
-            blocks = [data[i:i + self.payload] for i in range(0, len(data), self.payload)]
-            fences = [fence(encoded[0][0])] * len(blocks)
-        else:
-            blocks, fences = [], []
-            for h, e in encoded:
-                if not blocks or len(blocks[-1]) + len(e) > self.payload:
-                    blocks.append(bytearray())
-                    fences.append(fence(h))
-                blocks[-1] += e
+    def append(self, inst: int, recs: list[tuple[int, int, int, bytes]]) -> None:
+        """Append ``recs`` = [(hash, key, type, value)] of instance ``inst`` as one page (or as
+        two, if the header block cannot hold the filter and fences of one)."""
+        recs = sorted(recs)
+        encoded = [(h, REC.pack(t, k, len(v)) + v) for h, k, t, v in recs]
+        stream, firsts, fences = self._layout(encoded)
+        fence_set = set(fences)
+        exact = all(fence(h) in fence_set for h, _ in encoded)
         words = bloom.build([bloom.probes(k.to_bytes(8, "little")) for _, k, _, _ in recs],
-                            bloom.words_for(len(recs)))
-        nblocks = 1 + len(blocks)
+                            bloom.words_for(len(recs), exact))
+        ndata = len(firsts)
+        if _PAGE.size + 8 * len(words) + 2 * ndata > self.payload:
+            if len(recs) == 1:
+                raise ValueError(f"a record of {len(encoded[0][1])} bytes does not fit in a "
+                                 f"flashlog page (at most {self.max_record})")
+            half = len(recs) // 2
+            self.append(inst, recs[:half])
+            self.append(inst, recs[half:])
+            return
+        nblocks = 1 + ndata
         rec_bytes = sum(len(e) for _, e in encoded)
-        head = _PAGE.pack(PAGE_MAGIC, PAGE_VERSION, LARGE if large else 0, inst, len(recs),
+        buf = aligned_buffer(nblocks * self.block)
+        head = _PAGE.pack(PAGE_MAGIC, PAGE_VERSION, EXACT if exact else 0, inst, len(recs),
                           nblocks, len(words), rec_bytes) + words.tobytes() + \
             np.asarray(fences, dtype=np.uint16).tobytes()
-        assert len(head) <= self.payload, "page header overflows its block"
-        buf = aligned_buffer(nblocks * self.block)
-        for i, part in enumerate([head, *blocks]):
-            off = i * self.block
-            buf[off:off + len(part)] = part
-            seal(buf, off, self.block, self._seed(self.end + i))
+        buf[:len(head)] = head
+        seal(buf, 0, self.block, self._seed(self.end))
+        a = self.area
+        for i in range(ndata):
+            off = (i + 1) * self.block
+            _FIRST.pack_into(buf, off, firsts[i])
+            buf[off + _FIRST.size:off + self.payload] = stream[i * a:(i + 1) * a]
+            seal(buf, off, self.block, self._seed(self.end + 1 + i))
         self.file.pwrite(buf, self.end * self.block)
-        self._register(inst, words, self.end, nblocks, large, fences, len(recs), rec_bytes)
+        self._register(inst, words, self.end, nblocks, exact, fences, len(recs), rec_bytes)
 
-    def _register(self, inst: int, words: np.ndarray, start: int, nblocks: int, large: bool,
+    def _register(self, inst: int, words: np.ndarray, start: int, nblocks: int, exact: bool,
                   fences: Any, nrecs: int, rec_bytes: int) -> None:
-        while start + nblocks > len(self.fences):
-            self.fences = np.resize(self.fences, len(self.fences) * 5 // 4 + nblocks)
+        if start + nblocks > len(self.fences):
+            self.fences = _grow(self.fences, start + nblocks)
         self.fences[start] = 0
         self.fences[start + 1:start + nblocks] = fences
-        self.chains[inst].add(words, start, nblocks, large)
+        self.chains[inst].add(words, start, nblocks, exact)
         self.end = start + nblocks
         self.records += nrecs
         self.record_bytes += rec_bytes
@@ -154,35 +200,59 @@ class PageLog:
         return chain.n > 0 and len(chain.hits(probe)) > 0
 
     def _find_in_page(self, chain: Chain, j: int, h: int, key: int) -> tuple[int, bytes] | None:
-        start, nb, large = chain.page(j)
+        start, nb, exact = chain.page(j)
         fences = self.fences[start + 1:start + nb]
         f = fence(h)
-        if large:
-            if fences[0] != f:
-                return None
-            first, last = 0, nb - 2
-        else:  # the blocks whose fence range can hold f
-            lo = int(np.searchsorted(fences, f, "left"))
-            hi = int(np.searchsorted(fences, f, "right"))
-            if hi == 0:
-                return None
-            first = max(lo - 1, 0)
-            last = hi - 1 if hi > lo else first
-        buf = self._read_blocks(start + 1 + first, last - first + 1)
-        if large:
-            return self._parse_large(buf, nb - 1, key)
-        for b in range(last - first + 1):
-            found = self._find_in_block(buf, b * self.block, key)
-            if found is not None:
-                return found
+        lo, hi = fences.searchsorted((f, f + 1)).tolist()  # first fence >= f, > f
+        if hi == 0 or (exact and hi == lo):
+            return None
+        first = max(lo - 1, 0)
+        last = hi - 1 if hi > lo else first
+        n = last - first + 1
+        stream, begin = self._areas(self._read_blocks(start + 1 + first, n), n)
+        for pos, t, k, size in self._walk(stream, begin):
+            if k == key:
+                if pos + REC.size + size > len(stream):
+                    raise CorruptionError(f"{self.path.name}: record of a page at block "
+                                          f"{start} runs past the blocks its fences allow")
+                return t, stream[pos + REC.size:pos + REC.size + size]
         return None
 
-    def _find_in_block(self, buf: Any, off: int, key: int) -> tuple[int, bytes] | None:
-        """The record of ``key`` in one block, copying out only that one."""
-        for pos, t, k, n in self._walk(buf, off):
-            if k == key:
-                return t, buf[pos + REC.size:pos + REC.size + n]
-        return None
+    def _areas(self, buf: Any, n: int) -> tuple[bytearray, int]:
+        """The record areas of ``n`` data blocks read into ``buf``, laid end to end, and the
+        position in them of the first record starting in those blocks (-1 if none does)."""
+        view = memoryview(buf)
+        stream = bytearray()
+        begin = -1
+        for i in range(n):
+            off = i * self.block
+            (first,) = _FIRST.unpack_from(buf, off)
+            if begin < 0 and first != NO_START:
+                if first >= self.area:
+                    raise CorruptionError(f"{self.path.name}: bad first-record offset")
+                begin = i * self.area + first
+            stream += view[off + _FIRST.size:off + self.payload]
+        return stream, begin
+
+    def _walk(self, stream: Any, pos: int) -> Iterator[tuple[int, int, int, int]]:
+        """(position, type, key, value length) of each record of ``stream`` (block areas laid
+        end to end) from ``pos``, a record start. The last one yielded may run past the end."""
+        if pos < 0:
+            return
+        a = self.area
+        unpack = REC.unpack_from
+        end = len(stream)
+        while pos < end:
+            room = a - pos % a
+            if room < REC.size or stream[pos] == 0:
+                pos += room  # padding to the end of the block
+                continue
+            t, k, n = unpack(stream, pos)
+            size = REC.size + n
+            if t not in (PUT, TOMBSTONE) or (size <= a and size > room):
+                raise CorruptionError(f"{self.path.name}: bad record in a page")
+            yield pos, t, k, n
+            pos += size
 
     def _read_blocks(self, blk: int, n: int) -> Any:
         """Read and check ``n`` blocks from block ``blk``."""
@@ -196,40 +266,17 @@ class PageLog:
                 raise ChecksumError(f"{self.path.name}: block {blk + i} fails its checksum")
         return buf
 
-    def _walk(self, buf: Any, off: int) -> Iterator[tuple[int, int, int, int]]:
-        """(position, type, key, length) of each record of the block at ``buf[off:]``."""
-        pos, end = off, off + self.payload
-        unpack = REC.unpack_from
-        while pos + REC.size <= end:
-            t, k, n = unpack(buf, pos)
-            if t == 0:
-                return
-            if t not in (PUT, TOMBSTONE) or pos + REC.size + n > end:
-                raise CorruptionError(f"{self.path.name}: bad record at byte {pos} of a block")
-            yield pos, t, k, n
-            pos += REC.size + n
-
-    def _block_records(self, buf: Any, off: int) -> list[tuple[int, int, bytes]]:
-        return [(k, t, bytes(buf[p + REC.size:p + REC.size + n]))
-                for p, t, k, n in self._walk(buf, off)]
-
-    def _parse_large(self, buf: Any, ndata: int, key: int | None) -> tuple[int, bytes] | None:
-        data = b"".join(buf[i * self.block:i * self.block + self.payload] for i in range(ndata))
-        t, k, n = REC.unpack_from(data, 0)
-        if t not in (PUT, TOMBSTONE) or REC.size + n > len(data):
-            raise CorruptionError(f"{self.path.name}: bad large record")
-        if key is not None and k != key:
-            return None
-        return t, data[REC.size:REC.size + n]
-
     def page_records(self, inst: int, j: int) -> list[tuple[int, int, bytes]]:
         """Every (key, type, value) of page ``j`` of instance ``inst`` (reads the whole page)."""
-        start, nb, large = self.chains[inst].page(j)
-        buf = self._read_blocks(start + 1, nb - 1)
-        if large:
-            t, v = self._parse_large(buf, nb - 1, None)  # type: ignore[misc]
-            return [(REC.unpack_from(buf, 0)[1], t, v)]
-        return [r for b in range(nb - 1) for r in self._block_records(buf, b * self.block)]
+        start, nb, _ = self.chains[inst].page(j)
+        stream, begin = self._areas(self._read_blocks(start + 1, nb - 1), nb - 1)
+        out = []
+        for pos, t, k, n in self._walk(stream, begin):
+            if pos + REC.size + n > len(stream):
+                raise CorruptionError(f"{self.path.name}: page at block {start} ends inside "
+                                      "a record")
+            out.append((k, t, bytes(stream[pos + REC.size:pos + REC.size + n])))
+        return out
 
     def newest(self, inst: int) -> dict[int, tuple[int, bytes]]:
         """key -> (type, value) of the newest record of every key of ``inst`` in the log."""
@@ -262,7 +309,7 @@ class PageLog:
                                           "checks")
                 break
             flags, inst, nrecs, nblocks, words, fences, rec_bytes = page
-            self._register(inst, words, blk, nblocks, bool(flags & LARGE), fences, nrecs,
+            self._register(inst, words, blk, nblocks, bool(flags & EXACT), fences, nrecs,
                            rec_bytes)
             blk += nblocks
         if blk * self.block < self.file.size():
@@ -275,8 +322,12 @@ class PageLog:
         if not intact(head, 0, self.block, self._seed(blk)):
             return None
         magic, version, flags, inst, nrecs, nblocks, nwords, rec_bytes = _PAGE.unpack_from(head)
-        if (magic != PAGE_MAGIC or version != PAGE_VERSION or nblocks < 2
-                or blk + nblocks > total or inst >= len(self.chains)):
+        if magic == PAGE_MAGIC and version != PAGE_VERSION:
+            raise UnsupportedVersionError(f"{self.path.name}: page at block {blk} has format "
+                                          f"version {version}; this build reads {PAGE_VERSION}")
+        if (magic != PAGE_MAGIC or nblocks < 2 or blk + nblocks > total
+                or inst >= len(self.chains)
+                or _PAGE.size + 8 * nwords + 2 * (nblocks - 1) > self.payload):
             return None
         words = np.frombuffer(head, np.uint64, nwords, _PAGE.size).copy()
         fences = np.frombuffer(head, np.uint16, nblocks - 1, _PAGE.size + 8 * nwords).copy()
