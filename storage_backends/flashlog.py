@@ -131,7 +131,7 @@ class FlashLogStore(RecordStore):
         Garbage accounting: a record shadowing one in the log adds the shadowed size, known
         exactly for deletes (``old_size``) and estimated by the new size for puts.
         """
-        kb, _, inst = self._route(key)
+        kb, h, inst = self._route(key)
         buf = self._buffers[inst]
         size = REC.size + len(value)
         prev = buf.pop(key, None)
@@ -140,7 +140,7 @@ class FlashLogStore(RecordStore):
             self._garbage += size if tombstone else 0
         elif tombstone:
             self._garbage += old_size + size
-        elif self._log.may_contain(inst, bloom.probes(kb)):
+        elif self._log.may_contain(inst, h, bloom.probes(kb)):
             self._garbage += size
         buf[key] = (TOMBSTONE if tombstone else PUT, value)
         self._buffered[inst] += size

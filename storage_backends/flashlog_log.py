@@ -195,11 +195,16 @@ class PageLog:
                 return found
         return None
 
-    def may_contain(self, inst: int, probe: np.ndarray) -> bool:
+    def may_contain(self, inst: int, h: int, probe: np.ndarray) -> bool:
+        """Whether the log may hold a record of the key, judged in DRAM (filters, fences)."""
         chain = self.chains[inst]
-        return chain.n > 0 and len(chain.hits(probe)) > 0
+        if chain.n == 0:
+            return False
+        return any(self._fence_range(chain, j, h) is not None for j in chain.hits(probe).tolist())
 
-    def _find_in_page(self, chain: Chain, j: int, h: int, key: int) -> tuple[int, bytes] | None:
+    def _fence_range(self, chain: Chain, j: int, h: int) -> tuple[int, int] | None:
+        """(first block, block count) of page ``j`` that can hold a record of hash ``h``, or
+        None if its fences rule the key out."""
         start, nb, exact = chain.page(j)
         fences = self.fences[start + 1:start + nb]
         f = fence(h)
@@ -208,13 +213,19 @@ class PageLog:
             return None
         first = max(lo - 1, 0)
         last = hi - 1 if hi > lo else first
-        n = last - first + 1
-        stream, begin = self._areas(self._read_blocks(start + 1 + first, n), n)
+        return start + 1 + first, last - first + 1
+
+    def _find_in_page(self, chain: Chain, j: int, h: int, key: int) -> tuple[int, bytes] | None:
+        blocks = self._fence_range(chain, j, h)
+        if blocks is None:
+            return None
+        blk, n = blocks
+        stream, begin = self._areas(self._read_blocks(blk, n), n)
         for pos, t, k, size in self._walk(stream, begin):
             if k == key:
                 if pos + REC.size + size > len(stream):
-                    raise CorruptionError(f"{self.path.name}: record of a page at block "
-                                          f"{start} runs past the blocks its fences allow")
+                    raise CorruptionError(f"{self.path.name}: record at block {blk} runs past "
+                                          "the blocks its fences allow")
                 return t, stream[pos + REC.size:pos + REC.size + size]
         return None
 
