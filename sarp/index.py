@@ -2,9 +2,15 @@
 
 An index directory holds ``sarp.json`` (format and configuration), ``store/`` (the record store
 of segment records), routing snapshots ``snapshot-N.snap`` and insert journals
-``journal-N.log`` (journal N: the inserts after snapshot N). Matches run without locks: they
-read published posting lists (copy-on-write) and immutable segment records. Inserts and the
-background jobs that change the routing directory are serialized by one writer lock.
+``journal-N.log`` (journal N: the inserts after snapshot N).
+
+Concurrency (docs/architecture.md, "Threads"): matches take no lock; they read posting lists
+that are published whole (copy-on-write) and segment records that are written whole. Inserts
+take no index-wide lock: a window of an insert is matched, written and registered under the
+lock of its first block ID (one of ``WINDOW_LOCKS`` stripes), so two inserts race on a segment
+only if they share its prefix, and then one waits; registering in the routing directory takes
+the directory lock for the in-memory update only; the journal lock orders journal records.
+Back-fills, rematerializations and snapshot exports take the directory lock.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from storage_backends.io import FileIO
 
 CONFIG_FILE = "sarp.json"
 STORE_DIR = "store"
+#: stripes of the per-window insert locks (a window's first block ID picks its stripe)
+WINDOW_LOCKS = 64
 
 
 class Index:
@@ -54,7 +62,9 @@ class Index:
         self.insert_seq = 0
         self.recovery: dict[str, Any] = {}
         self._journal: journal.JournalWriter | None = None
-        self._lock = threading.RLock()
+        self._dir_lock = threading.RLock()  # routing-directory writers
+        self._journal_lock = threading.Lock()  # journal records, insert_seq, journal switches
+        self._window_locks = [threading.Lock() for _ in range(WINDOW_LOCKS)]
         self._snapshot_lock = threading.Lock()
         self._worker = Worker(enabled=background)
         self._closed = False
@@ -65,7 +75,7 @@ class Index:
         self.counters = {f"match_{k}": 0 for k in COUNTERS}
         self.counters.update(matches=0, inserts=0, matched_blocks=0, queried_blocks=0,
                              segments_written=0, segments_extended=0, blocks_written=0,
-                             indexed_blocks=0, snapshots=0)
+                             indexed_blocks=0, snapshots=0, backfills=0, rematerializations=0)
         self._counter_lock = threading.Lock()
 
     # -- public API ----------------------------------------------------------------------
@@ -98,49 +108,51 @@ class Index:
             return {}
         events = Events()
         written: list[int] = []
-        with self._lock:
-            place = self.directory.place
+        place = self.directory.place
 
-            def on_write(seg: Any) -> None:
-                written.append(seg.segment_id)
+        def on_write(seg: Any) -> None:
+            written.append(seg.segment_id)
+            with self._dir_lock:
                 place(seg.segment_id, seg.start, seg.block_ids, events=events)
 
-            st = insert_path(self.config, self.directory, self.segments, q, meta,
-                             self.config.max_retrieval, on_write)
-            if written:
+        st = insert_path(self.config, self.directory, self.segments, q, meta,
+                         self.config.max_retrieval, on_write, self._window_lock)
+        if written:
+            # After placement: a snapshot taken in between holds the placement, and this
+            # record then goes to the snapshot's new journal, whose replay re-places it.
+            with self._journal_lock:
                 self.insert_seq += 1
                 self._journal.append(journal.Record(self.insert_seq, self.segments.next_id,
                                                     st["new_blocks"], np.asarray(written)))
+                self._count(indexed_blocks=st["new_blocks"])  # in the same journal epoch
                 if self.store.durability == "sync":
                     self._journal.sync()
         if events.refine or events.remat:
             self._schedule(events)
             time.sleep(0)  # let the worker take the GIL and start now, as on a spare core
-        with self._counter_lock:
-            self.counters["inserts"] += 1
-            for k in ("segments_written", "segments_extended", "blocks_written"):
-                self.counters[k] += st[k]
-            self.counters["indexed_blocks"] += st["new_blocks"]
+        self._count(inserts=1, **{k: st[k] for k in ("segments_written", "segments_extended",
+                                                      "blocks_written")})
         self._maybe_snapshot(bool(written))
         return st
 
     def flush(self) -> None:
         """Make every earlier insert durable (the group-commit point for ``group``)."""
         self._check_open()
-        with self._lock:
+        with self._journal_lock:
             self.store.flush()
             self._journal.sync()
 
     def snapshot(self) -> dict[str, Any]:
         """Write the routing directory as snapshot N+1 and start journal N+1.
 
-        The arrays are copied under the writer lock (so the snapshot and the journal split at
-        one insert); writing the file happens outside it, while matches and inserts go on.
+        The arrays are copied and the journal switched under the directory and journal locks
+        (so the snapshot and the journal split at one insert); writing the file happens outside
+        them, while matches and inserts go on.
         """
         self._check_open()
         with self._snapshot_lock:
             t0 = time.perf_counter()
-            with self._lock:
+            with self._dir_lock, self._journal_lock:
                 keys, flags, lengths, segs, filters = self.directory.table.export()
                 seq = self.epoch + 1
                 state = snapshot.SnapshotState(
@@ -150,12 +162,13 @@ class Index:
                 self._journal = journal.JournalWriter(
                     self.io, self.path / journal.FILES.name(seq), seq)
                 self.epoch = seq
-                self._since_snapshot = 0
-                self._last_snapshot = time.monotonic()
+                with self._counter_lock:
+                    self._since_snapshot = 0
+                    self._last_snapshot = time.monotonic()
             self.store.flush()  # every segment the snapshot names is durable first
             path, nbytes = snapshot.write(self.io, self.path, state)
             self._remove_older_than(seq - 1)
-            self.counters["snapshots"] += 1
+            self._count(snapshots=1)
             return {"path": str(path), "seq": seq, "bytes": nbytes, "entries": len(keys),
                     "refs": len(segs), "seconds": time.perf_counter() - t0}
 
@@ -216,10 +229,11 @@ class Index:
         members = d.table.refs(root)[0].copy()
         segs = [self.segments.read(int(s)) for s in members]
         events = Events()
-        with self._lock:
+        with self._dir_lock:
             for seg in segs:
                 d.backfill_member(build, seg.segment_id, seg.block_ids, events)
             d.publish(build)
+        self._count(backfills=1)
         then(events)
 
     def _rematerialize(self, root: int, then: Callable[[Events], None]) -> None:
@@ -227,22 +241,35 @@ class Index:
         d = self.directory
         build = Build("remat", root)
         events = Events()
-        with self._lock:
+        with self._dir_lock:
             for sid in d.table.refs(root)[0].copy():
                 seg = self.segments.read(int(sid))
                 d.place(seg.segment_id, seg.start, seg.block_ids, build, events)
             d.publish(build)
+        self._count(rematerializations=1)
         then(events)
 
     def _maybe_snapshot(self, inserted: bool) -> None:
         every_n, every_s = self._every
-        self._since_snapshot += inserted
-        due = (every_n and self._since_snapshot >= every_n) or (
-            every_s and self._since_snapshot and time.monotonic() - self._last_snapshot >= every_s)
+        with self._counter_lock:
+            self._since_snapshot += inserted
+            due = (every_n and self._since_snapshot >= every_n) or (
+                every_s and self._since_snapshot
+                and time.monotonic() - self._last_snapshot >= every_s)
+            if due:
+                self._since_snapshot = 0
+                self._last_snapshot = time.monotonic()
         if due:
-            self._since_snapshot = 0
-            self._last_snapshot = time.monotonic()
             self._worker.submit(self.snapshot)
+
+    def _count(self, **deltas: int) -> None:
+        with self._counter_lock:
+            for name, d in deltas.items():
+                self.counters[name] += d
+
+    def _window_lock(self, first_block: int) -> threading.Lock:
+        """The insert lock of the window whose first block ID is ``first_block``."""
+        return self._window_locks[first_block % WINDOW_LOCKS]
 
     # -- files ---------------------------------------------------------------------------
     def _start(self, existing: bool) -> None:

@@ -9,6 +9,7 @@ is new. Metadata already stored for a block is kept: the first writer of a block
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -20,15 +21,23 @@ from sarp.segments import SegmentStore
 
 #: called with each written segment (decoded) once it is stored: registers it
 OnWrite = Callable[[object], None]
+#: the lock of the window whose first block ID is given (see ``insert``)
+WindowLock = Callable[[int], threading.Lock]
 
 
 def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: np.ndarray,
-           meta: np.ndarray, max_retrieval: int, on_write: OnWrite) -> dict[str, int]:
+           meta: np.ndarray, max_retrieval: int, on_write: OnWrite,
+           window_lock: WindowLock | None = None) -> dict[str, int]:
     """Insert block IDs ``q`` with metadata rows ``meta`` (uint8, shape (n, width)).
 
     Written segments are stored in one batch and then passed to ``on_write`` in window order:
     before the next window is matched (so a match sees every earlier window registered), and
     at the end, which after a divergence covers every later window at once.
+
+    ``window_lock(q[ws])`` is held from the match of window ws until what it decided for that
+    window is stored and registered. Every insert that could extend or copy a segment starting
+    at ws shares that segment's first block ID, so it waits, then matches what this one wrote:
+    no extension is overwritten by another. One window lock is held at a time.
     """
     st = dict.fromkeys(COUNTERS, 0)
     st.update(segments_written=0, segments_extended=0, blocks_written=0, new_blocks=0)
@@ -36,6 +45,7 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
     S = cfg.segment_blocks
     n = len(q)
     pending: list = []  # (segment, record) encoded but not yet stored
+    held: list[threading.Lock] = []  # the window lock held now, if any
 
     def store_pending() -> None:
         segments.put_all([(seg.segment_id, raw) for seg, raw in pending])
@@ -43,41 +53,52 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
             on_write(seg)
         pending.clear()
 
+    def release() -> None:
+        if held:
+            held.pop().release()
+
     diverged = False
     found_end, stored = 0, None
-    for ws in range(0, n, S):
-        we = min(ws + S, n)
-        if not diverged:
-            if pending:
-                store_pending()
-            if m is None:
-                m = matcher(cfg, directory, segments, q, max_retrieval)
-            found_end, stored = m.match(ws)
-        if diverged or stored is None or found_end == ws:
-            pending.append(segments.encode_new(ws, q[ws:we], meta[ws:we]))
-            st["new_blocks"] += we - ws
-            diverged = True
-        else:
-            stored_end = ws + stored.block_count
-            if found_end == stored_end and we > stored_end:
-                pending.append(segments.encode_extended(stored, q[stored_end:we],
-                                                        meta[stored_end:we]))
-                st["segments_extended"] += 1
-                st["blocks_written"] += we - stored_end
-                st["new_blocks"] += we - stored_end
-                continue
-            if found_end >= we:
-                continue  # the window is already stored
-            shared = found_end - ws
-            ids = np.concatenate((stored.block_ids[:shared], q[found_end:we]))
-            rows = np.concatenate((stored.metadata[:shared], meta[found_end:we]))
-            pending.append(segments.encode_new(ws, ids, rows))
-            st["new_blocks"] += we - found_end
-            diverged = True
-        st["segments_written"] += 1
-        st["blocks_written"] += pending[-1][0].block_count
-    if pending:
-        store_pending()
+    try:
+        for ws in range(0, n, S):
+            we = min(ws + S, n)
+            if not diverged:
+                if pending:
+                    store_pending()
+                release()  # the previous window is stored and registered
+                if window_lock is not None:
+                    held.append(window_lock(int(q[ws])))
+                    held[0].acquire()
+                if m is None:
+                    m = matcher(cfg, directory, segments, q, max_retrieval)
+                found_end, stored = m.match(ws)
+            if diverged or stored is None or found_end == ws:
+                pending.append(segments.encode_new(ws, q[ws:we], meta[ws:we]))
+                st["new_blocks"] += we - ws
+                diverged = True
+            else:
+                stored_end = ws + stored.block_count
+                if found_end == stored_end and we > stored_end:
+                    pending.append(segments.encode_extended(stored, q[stored_end:we],
+                                                            meta[stored_end:we]))
+                    st["segments_extended"] += 1
+                    st["blocks_written"] += we - stored_end
+                    st["new_blocks"] += we - stored_end
+                    continue
+                if found_end >= we:
+                    continue  # the window is already stored
+                shared = found_end - ws
+                ids = np.concatenate((stored.block_ids[:shared], q[found_end:we]))
+                rows = np.concatenate((stored.metadata[:shared], meta[found_end:we]))
+                pending.append(segments.encode_new(ws, ids, rows))
+                st["new_blocks"] += we - found_end
+                diverged = True
+            st["segments_written"] += 1
+            st["blocks_written"] += pending[-1][0].block_count
+        if pending:
+            store_pending()
+    finally:
+        release()
     if m is not None:
         st.update(m.stats())
     return st
