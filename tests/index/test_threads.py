@@ -24,6 +24,17 @@ def sequence(i: int) -> np.ndarray:
     return np.concatenate((prompt, branch, rng.integers(0, 40, int(rng.integers(0, 50)))))
 
 
+def run_threads(worker, errors: list[BaseException], timeout: float) -> None:
+    """Run ``worker(t)`` on THREADS threads; fail on a deadlock or any error they recorded."""
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(THREADS)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout)
+    assert not any(th.is_alive() for th in threads), "deadlock: a request thread never finished"
+    assert not errors, errors[0]
+
+
 def meta(ids: np.ndarray) -> np.ndarray:
     m = np.zeros(len(ids), sarp.DEFAULT_METADATA_DTYPE)
     m["address"] = ids
@@ -60,13 +71,7 @@ def test_concurrent_match_and_insert_stay_correct(tmp_path, backend):
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(THREADS)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(SECONDS + 60)
-    assert not any(th.is_alive() for th in threads), "deadlock: a request thread never finished"
-    assert not errors, errors[0]
+    run_threads(worker, errors, SECONDS + 60)
     index.drain()
     st = index.stats()
     # the background work ran while the request threads inserted and matched
@@ -104,13 +109,7 @@ def test_racing_extensions_of_one_segment_all_survive(tmp_path, backend):
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(THREADS)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(120)
-    assert not any(th.is_alive() for th in threads), "deadlock: an insert never finished"
-    assert not errors, errors[0]
+    run_threads(worker, errors, 120)
     for seq in acked:
         assert index.match(tokens=seq, max_retrieval=0).num_blocks == len(seq), seq
     index.close()
