@@ -4,7 +4,7 @@ Keys are split by hash into independent instances. Each instance buffers records
 page fills, then appends the page with a Bloom filter of its keys; DRAM holds only the filter
 chains and 16-bit block fences, no per-key index. Every write goes to a WAL first (synced per
 durability mode). A compactor rewrites the live records into a new log when garbage exceeds
-them. Formats: docs/flashlog_format.txt; guarantees: docs/durability_flashlog_odirect.md.
+them. Formats: docs/flashlog_format.txt; guarantees: docs/durability.md.
 """
 
 from __future__ import annotations
