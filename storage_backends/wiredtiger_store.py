@@ -28,7 +28,8 @@ TABLE = "table:records"
 MIN_CACHE = 1 << 20  # WiredTiger refuses a smaller cache_size
 SESSION_MAX = 1000
 RECORD_OVERHEAD = 128  # cache bytes an update costs beyond its key and value (estimate)
-ROLLBACK_RETRIES = 5
+ROLLBACK_RETRIES = 12  # for one record: pauses of 1 ms doubling up to ROLLBACK_PAUSE_MAX
+ROLLBACK_PAUSE_MAX = 0.1
 # Small caches (the budget is ~10% of the data) stall under the default 20% dirty trigger:
 # application threads then evict page by page and roll transactions back. Let dirty data take
 # half the cache before application threads help, and keep each transaction to 2% of it.
@@ -117,9 +118,12 @@ class WiredTigerStore(RecordStore):
         if sync:
             self._count(syncs=1)
 
-    @staticmethod
-    def _commit(h: _Handle, chunk: list[tuple[int, bytes | None]], config: str | None) -> None:
-        """One transaction; WiredTiger may roll it back under cache pressure, so retry."""
+    @classmethod
+    def _commit(cls, h: _Handle, chunk: list[tuple[int, bytes | None]],
+                config: str | None) -> None:
+        """One transaction. WiredTiger rolls a transaction back when its cache is too full to
+        hold it: a batch is then split in halves (the last one keeps ``config``, whose sync
+        covers the first), and a single record is retried after a growing pause."""
         for attempt in range(ROLLBACK_RETRIES):
             h.session.begin_transaction()
             try:
@@ -133,9 +137,14 @@ class WiredTigerStore(RecordStore):
             except wiredtiger.WiredTigerRollbackError:
                 h.session.rollback_transaction()
                 h.cursor.reset()
+                if len(chunk) > 1:
+                    half = len(chunk) // 2
+                    cls._commit(h, chunk[:half], None)
+                    cls._commit(h, chunk[half:], config)
+                    return
                 if attempt == ROLLBACK_RETRIES - 1:
                     raise
-                time.sleep(0.001 * 2**attempt)
+                time.sleep(min(ROLLBACK_PAUSE_MAX, 0.001 * 2**attempt))
                 continue
             except BaseException:
                 h.session.rollback_transaction()
