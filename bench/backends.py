@@ -33,8 +33,12 @@ from storage_backends import KINDS, open_store
 
 PAGE = mmap.PAGESIZE
 LOAD_BATCH = 1000
-#: open options an engine needs for values of a given size (odirect sizes its slots at creation)
-SIZED = {"odirect": lambda size: {"max_value_size": size}}
+
+
+def sized_options(kind: str, size: int) -> dict[str, Any]:
+    """Open options an engine needs for values of ``size`` bytes (odirect sizes its slots at
+    creation, for the largest value)."""
+    return {"max_value_size": size} if kind == "odirect" else {}
 
 
 def available_kinds() -> list[str]:
@@ -130,7 +134,7 @@ def _bench_engine(kind: str, direct_io: bool, size: int, records: int, args: Any
     budget = max(1 << 20, records * size // 10)
     rng = random.Random(records * 7 + size)
     keys = rng.sample(range(1 << 62), records)
-    opts = {"memory_budget": budget, "direct_io": direct_io, **SIZED.get(kind, dict)(size)}
+    opts = {"memory_budget": budget, "direct_io": direct_io, **sized_options(kind, size)}
     t0 = time.perf_counter()
     with open_store(kind, path, durability="group", **opts) as store:
         for i in range(0, records, LOAD_BATCH):
