@@ -32,7 +32,7 @@ DEFAULT_INSTANCES = 64
 # (buffers fill in turn, so on average they hold a quarter), up to this many blocks. Larger
 # pages mean shorter chains (fewer filter probes and false positives per lookup) and less DRAM
 # per key for the per-page state.
-MAX_PAGE_BLOCKS = 256
+MAX_PAGE_BLOCKS = 1024
 COMPACT_FLOOR = 4 << 20  # no compaction below this many record bytes in the log
 _END = REC.pack(BATCH_END, 0, 0)
 

@@ -11,6 +11,7 @@ key can be in. Format: docs/flashlog_format.txt.
 from __future__ import annotations
 
 import struct
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,7 @@ class PageLog:
         self.file = io.open(path, direct=direct)
         self.chains = [Chain() for _ in range(instances)]
         self.fences = np.zeros(0, dtype=np.uint16)
+        self._fence_view = memoryview(self.fences)
         self.end = 0  # blocks in the log
         self.records = 0
         self.record_bytes = 0
@@ -176,6 +178,7 @@ class PageLog:
                   fences: Any, nrecs: int, rec_bytes: int) -> None:
         if start + nblocks > len(self.fences):
             self.fences = _grow(self.fences, start + nblocks)
+            self._fence_view = memoryview(self.fences)
         self.fences[start] = 0
         self.fences[start + 1:start + nblocks] = fences
         self.chains[inst].add(words, start, nblocks, exact)
@@ -206,14 +209,14 @@ class PageLog:
         """(first block, block count) of page ``j`` that can hold a record of hash ``h``, or
         None if its fences rule the key out."""
         start, nb, exact = chain.page(j)
-        fences = self.fences[start + 1:start + nb]
         f = fence(h)
-        lo, hi = fences.searchsorted((f, f + 1)).tolist()  # first fence >= f, > f
-        if hi == 0 or (exact and hi == lo):
+        base = start + 1  # the page's first data block; bisect is cheaper than numpy here
+        lo = bisect_left(self._fence_view, f, base, start + nb)  # first fence >= f
+        hi = bisect_right(self._fence_view, f, lo, start + nb)  # first fence > f
+        if hi == base or (exact and hi == lo):
             return None
-        first = max(lo - 1, 0)
-        last = hi - 1 if hi > lo else first
-        return start + 1 + first, last - first + 1
+        first = max(lo - 1, base)
+        return first, (hi - 1 if hi > lo else first) - first + 1
 
     def _find_in_page(self, chain: Chain, j: int, h: int, key: int) -> tuple[int, bytes] | None:
         blocks = self._fence_range(chain, j, h)
