@@ -157,7 +157,8 @@ class Index:
                 seq = self.epoch + 1
                 state = snapshot.SnapshotState(
                     seq, self.config_digest, self.segments.next_id,
-                    self.counters["indexed_blocks"], keys, flags, lengths, segs, filters)
+                    self.counters["indexed_blocks"], keys, flags, lengths, segs, filters,
+                    self.directory.table.table_slots())
                 self._journal.close()
                 self._journal = journal.JournalWriter(
                     self.io, self.path / journal.FILES.name(seq), seq)

@@ -39,20 +39,23 @@ def recover(index: Index) -> dict[str, Any]:
         if got.state.config_digest != index.config_digest:
             report["faults"].append(f"{path.name}: written with another configuration")
             continue
-        loaded = got
-        break
-    base = 0
-    if loaded is not None:
-        s = loaded.state
-        base = s.seq
-        report.update(snapshot=loaded.path.name, snapshot_load_s=loaded.load_s,
-                      deserialize_s=loaded.deserialize_s, bytes_read=loaded.bytes_read)
+        s = got.state
         t1 = time.perf_counter()
-        index.directory.table = rt.RoutingTable.from_arrays(
-            s.entry_keys, s.entry_flags, s.list_lengths, s.ref_segments, s.ref_filters)
+        try:
+            table = rt.RoutingTable.from_arrays(s.entry_keys, s.entry_flags, s.list_lengths,
+                                                s.ref_segments, s.ref_filters, s.table_slots)
+        except ValueError as exc:  # passed its checksum, yet not a table we wrote
+            report["faults"].append(f"{path.name}: {exc}")
+            continue
+        loaded = got
+        index.directory.table = table
         index.segments.advance_past(s.next_segment_id - 1)
         index.counters["indexed_blocks"] = s.indexed_blocks
-        report["rebuild_s"] = time.perf_counter() - t1
+        report.update(snapshot=path.name, snapshot_load_s=got.load_s,
+                      deserialize_s=got.deserialize_s, bytes_read=got.bytes_read,
+                      rebuild_s=time.perf_counter() - t1)
+        break
+    base = 0 if loaded is None else loaded.state.seq
 
     t2 = time.perf_counter()
     chain = [(seq, p) for seq, p in journal.files(root) if seq >= base]

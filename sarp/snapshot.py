@@ -1,7 +1,8 @@
 """Routing-directory snapshots (paper Section 5; docs/snapshot_format.txt).
 
-A snapshot is the routing directory's flat arrays written as they are, behind a header and
-followed by an XXH64 checksum, so recovery is one sequential read plus array copies. It is
+A snapshot is the routing directory's flat arrays written as they are (its hash table
+included), behind a header and followed by an XXH64 checksum, so recovery is one sequential
+read plus array copies, with no insertion per entry. It is
 published atomically: temporary file, fsync, rename, fsync of the directory.
 """
 
@@ -20,10 +21,11 @@ from sarp.files import Numbered
 from storage_backends.io import FileIO, aligned_buffer, block_size, round_up
 
 MAGIC = b"SARPSNAP"
-VERSION = 1
+VERSION = 2
 # magic, version, header length, seq, config digest, next segment id, indexed blocks,
-# entries, references
-HEADER = struct.Struct("<8sIIQQQQQQ")
+# entries, references, hash-table slots
+HEADER = struct.Struct("<8sIIQQQQQQQ")
+EMPTY_SLOT = 0xFFFFFFFF
 FILES = Numbered("snapshot-", ".snap")
 
 
@@ -40,6 +42,7 @@ class SnapshotState:
     list_lengths: np.ndarray  # uint32
     ref_segments: np.ndarray  # uint64
     ref_filters: np.ndarray  # uint64
+    table_slots: np.ndarray  # int64: the entry in each hash-table slot, -1 where empty
 
 
 def _pad8(a: np.ndarray) -> bytes:
@@ -48,12 +51,16 @@ def _pad8(a: np.ndarray) -> bytes:
 
 
 def encode(s: SnapshotState) -> bytes:
-    n, r = len(s.entry_keys), len(s.ref_segments)
+    n, r, c = len(s.entry_keys), len(s.ref_segments), len(s.table_slots)
+    if n >= EMPTY_SLOT:
+        raise ValueError(f"{n} routing entries do not fit the snapshot's 32-bit slots")
+    slots = np.where(s.table_slots < 0, EMPTY_SLOT, s.table_slots).astype("<u4")
     head = HEADER.pack(MAGIC, VERSION, HEADER.size, s.seq, s.config_digest, s.next_segment_id,
-                       s.indexed_blocks, n, r)
+                       s.indexed_blocks, n, r, c)
     body = b"".join((head, s.entry_keys.astype("<u8").tobytes(),
                      _pad8(s.entry_flags.astype("u1")), _pad8(s.list_lengths.astype("<u4")),
-                     s.ref_segments.astype("<u8").tobytes(), s.ref_filters.astype("<u8").tobytes()))
+                     s.ref_segments.astype("<u8").tobytes(), s.ref_filters.astype("<u8").tobytes(),
+                     _pad8(slots)))
     return body + struct.pack("<Q", xxh64(body))
 
 
@@ -61,12 +68,14 @@ def decode(raw: bytes | memoryview, name: str) -> SnapshotState:
     """Parse and verify a snapshot; every fault raises a CorruptionError naming the file."""
     if len(raw) < HEADER.size + 8:
         raise BadLengthError(f"{name}: {len(raw)} bytes is shorter than a snapshot header")
-    magic, version, hlen, seq, digest, next_id, blocks, n, r = HEADER.unpack_from(raw)
+    magic, version = struct.unpack_from("<8sI", raw)
     if magic != MAGIC:
         raise BadMagicError(f"{name}: not a snapshot (magic {magic!r})")
-    if version != VERSION or hlen != HEADER.size:
-        raise UnsupportedVersionError(f"{name}: snapshot format version {version}, reads 1")
-    sizes = (8 * n, 8 * -(-n // 8), 8 * -(-4 * n // 8), 8 * r, 8 * r)
+    if version != VERSION or struct.unpack_from("<I", raw, 12)[0] != HEADER.size:
+        raise UnsupportedVersionError(f"{name}: snapshot format version {version}, "
+                                      f"reads {VERSION}")
+    _, _, _, seq, digest, next_id, blocks, n, r, c = HEADER.unpack_from(raw)
+    sizes = (8 * n, 8 * -(-n // 8), 8 * -(-4 * n // 8), 8 * r, 8 * r, 8 * -(-4 * c // 8))
     if len(raw) != HEADER.size + sum(sizes) + 8:
         raise BadLengthError(f"{name}: {len(raw)} bytes, header says "
                              f"{HEADER.size + sum(sizes) + 8} (truncated or extended)")
@@ -75,11 +84,13 @@ def decode(raw: bytes | memoryview, name: str) -> SnapshotState:
         raise ChecksumError(f"{name}: checksum mismatch")
     off = HEADER.size
     arrays = []
-    for size, dtype, count in zip(sizes, ("<u8", "u1", "<u4", "<u8", "<u8"),
-                                  (n, n, n, r, r), strict=True):
+    for size, dtype, count in zip(sizes, ("<u8", "u1", "<u4", "<u8", "<u8", "<u4"),
+                                  (n, n, n, r, r, c), strict=True):
         arrays.append(np.frombuffer(raw, dtype, count, off))
         off += size
-    return SnapshotState(seq, digest, next_id, blocks, *arrays)
+    slots = arrays[-1].astype(np.int64)
+    slots[arrays[-1] == EMPTY_SLOT] = -1
+    return SnapshotState(seq, digest, next_id, blocks, *arrays[:-1], slots)
 
 
 def write(io: FileIO, directory: Path, state: SnapshotState) -> tuple[Path, int]:

@@ -68,6 +68,8 @@ class RoutingTable:
         npt.NDArray[np.uint64],
     ]:
         """(entry keys, flags, list lengths, segs, filters) of the whole directory."""
+    def table_slots(self) -> npt.NDArray[np.int64]:
+        """A copy of the hash table: the entry id in each slot, -1 where empty."""
     @classmethod
     def from_arrays(
         cls,
@@ -76,5 +78,6 @@ class RoutingTable:
         lengths: npt.ArrayLike,
         segs: npt.ArrayLike,
         filters: npt.ArrayLike,
+        slots: npt.ArrayLike | None = None,
     ) -> RoutingTable:
-        """Rebuild a table from ``export()``'s arrays."""
+        """Rebuild a table from ``export()``'s arrays (and ``table_slots()``, if given)."""

@@ -369,12 +369,22 @@ cdef class RoutingTable:
         return (g.entry_key[:m].copy(), g.entry_flags[:m].copy(), lengths,
                 g.ref_seg[idx], g.ref_filter[idx])
 
+    def table_slots(self):
+        """A copy of the open-addressing table: the entry id in each slot, -1 where empty.
+
+        With ``export()``'s arrays it restores the table without one insertion per entry
+        (``from_arrays(..., slots=...)``)."""
+        return self.g.slots.copy()
+
     @classmethod
-    def from_arrays(cls, entry_key, entry_flags, lengths, segs, filters):
-        """Rebuild a table from ``export()``'s arrays: sequential copies plus one table build."""
+    def from_arrays(cls, entry_key, entry_flags, lengths, segs, filters, slots=None):
+        """Rebuild a table from ``export()``'s arrays by sequential copies. The hash table is
+        taken from ``slots`` (``table_slots()`` of the same table) when given, else built by
+        inserting every entry. Entry arrays get a quarter of headroom, so the first inserts
+        after a recovery do not regrow them (and rebuild the table)."""
         m = entry_key.shape[0]
         cdef RoutingTable t = cls(16)
-        n = max(m, 16)
+        n = max(m + m // 4, 16)
         ek = np.zeros(n, np.uint64)
         ef = np.zeros(n, np.uint8)
         er = np.zeros(n, np.int64)
@@ -388,15 +398,33 @@ cdef class RoutingTable:
         rf = np.zeros(rs.shape[0], np.uint64)
         rs[:total] = segs
         rf[:total] = filters
-        cap = 16
-        while 7 * cap < 10 * n:
-            cap *= 2
-        keys, slots = _build_table(ek[:m], cap)
+        if slots is None:
+            cap = 16
+            while 7 * cap < 10 * n:
+                cap *= 2
+            keys, slots = _build_table(ek[:m], cap)
+        else:
+            slots = _checked_slots(slots, m)
+            keys = np.where(slots >= 0, ek[np.maximum(slots, 0)], 0).astype(np.uint64)
         t.g = _Generation(keys, slots, ek, er, ef, rs, rf)
         t.n_entries = m
         t.arena_used = total
         t.live_refs = total
         return t
+
+
+def _checked_slots(slots, Py_ssize_t entries):
+    """``slots`` as a writable int64 table after checking its shape: a power-of-two capacity
+    above the entry count, and every entry id in range, each in exactly one slot."""
+    s = np.array(slots, dtype=np.int64)
+    cap = s.shape[0]
+    if s.ndim != 1 or cap < 16 or cap & (cap - 1) or 10 * entries > 7 * cap:
+        raise ValueError(f"table of {cap} slots cannot hold {entries} entries")
+    used = s[s >= 0]
+    if (s < -1).any() or len(used) != entries or (used >= entries).any() or (
+            entries and np.bincount(used, minlength=entries).max() != 1):
+        raise ValueError("table slots do not name every entry exactly once")
+    return s
 
 
 def _build_table(entry_key, Py_ssize_t cap):

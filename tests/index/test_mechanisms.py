@@ -284,3 +284,40 @@ def test_compiled_walk_places_like_the_python_walk(seed, flags):
     for a, b in zip(got, want, strict=True):
         assert np.array_equal(a, b)
     assert len(got[0]) > 10
+
+
+def test_table_restored_from_its_slots_probes_like_a_rebuilt_one():
+    rng = np.random.default_rng(5)
+    t = rt.RoutingTable()
+    keys = rng.integers(1, 2**63, 3000, dtype=np.uint64)
+    for k in keys.tolist():
+        e = t.add_entry(k, rt.VISIBLE)
+        t.add_member(e, e, k & 0xFF)
+    arrays = t.export()
+    restored = rt.RoutingTable.from_arrays(*arrays, slots=t.table_slots())
+    rebuilt = rt.RoutingTable.from_arrays(*arrays)
+    assert np.array_equal(restored.table_slots(), t.table_slots())
+    probes = [*keys.tolist(), *rng.integers(1, 2**63, 200, dtype=np.uint64).tolist()]
+    assert [restored.probe(k) for k in probes] == [t.probe(k) for k in probes] \
+        == [rebuilt.probe(k) for k in probes]
+    e = restored.add_entry(7, rt.VISIBLE)  # the restored table takes new entries
+    assert restored.probe(7) == e == len(keys)
+
+
+@pytest.mark.parametrize("damage", ["capacity", "duplicate", "range", "missing"])
+def test_inconsistent_table_slots_are_refused(damage):
+    t = rt.RoutingTable()
+    for k in range(1, 40):
+        t.add_entry(k * 7919, rt.VISIBLE)
+    slots = t.table_slots()
+    used = np.flatnonzero(slots >= 0)
+    if damage == "capacity":
+        slots = slots[:-1]
+    elif damage == "duplicate":
+        slots[used[0]] = slots[used[1]]
+    elif damage == "range":
+        slots[used[0]] = 39
+    else:
+        slots[used[0]] = -1
+    with pytest.raises(ValueError, match="table"):
+        rt.RoutingTable.from_arrays(*t.export(), slots=slots)

@@ -48,7 +48,8 @@ def flip(path, offset: int) -> None:
     path.write_bytes(bytes(raw))
 
 
-@pytest.mark.parametrize("damage", ["truncate", "flip-body", "flip-header", "version", "config"])
+@pytest.mark.parametrize("damage", ["truncate", "flip-body", "flip-header", "version", "config",
+                                    "table"])
 def test_damaged_newest_snapshot_falls_back_to_the_previous_one(tmp_path, damage):
     path = tmp_path / "i"
     build(path, 0, 30, snapshots_at={9, 19})
@@ -62,12 +63,16 @@ def test_damaged_newest_snapshot_falls_back_to_the_previous_one(tmp_path, damage
         flip(snap, 20)
     else:  # a well-formed snapshot of another version or configuration
         state = snapshot.decode(raw, snap.name)
-        if damage == "config":
-            state.config_digest ^= 1
+        if damage in ("config", "table"):
+            if damage == "config":
+                state.config_digest ^= 1
+            else:  # a checksummed hash table that names one entry twice
+                used = np.flatnonzero(state.table_slots >= 0)
+                state.table_slots[used[0]] = state.table_slots[used[1]]
             snap.write_bytes(snapshot.encode(state))
         else:
             body = bytearray(raw[:-8])
-            struct.pack_into("<I", body, 8, 2)
+            struct.pack_into("<I", body, 8, snapshot.VERSION + 1)
             snap.write_bytes(bytes(body) + struct.pack("<Q", xxh64(bytes(body))))
     report = assert_all_match(path, 30)
     assert report["snapshot"] != snap.name and report["snapshot"] is not None
