@@ -25,7 +25,6 @@ VERSION = 2
 # magic, version, header length, seq, config digest, next segment id, indexed blocks,
 # entries, references, hash-table slots
 HEADER = struct.Struct("<8sIIQQQQQQQ")
-EMPTY_SLOT = 0xFFFFFFFF
 FILES = Numbered("snapshot-", ".snap")
 
 
@@ -42,7 +41,7 @@ class SnapshotState:
     list_lengths: np.ndarray  # uint32
     ref_segments: np.ndarray  # uint64
     ref_filters: np.ndarray  # uint64
-    table_slots: np.ndarray  # int64: the entry in each hash-table slot, -1 where empty
+    table_slots: np.ndarray  # uint32: the entry in each hash-table slot, EMPTY_SLOT where empty
 
 
 def _pad8(a: np.ndarray) -> bytes:
@@ -52,9 +51,7 @@ def _pad8(a: np.ndarray) -> bytes:
 
 def encode(s: SnapshotState) -> bytes:
     n, r, c = len(s.entry_keys), len(s.ref_segments), len(s.table_slots)
-    if n >= EMPTY_SLOT:
-        raise ValueError(f"{n} routing entries do not fit the snapshot's 32-bit slots")
-    slots = np.where(s.table_slots < 0, EMPTY_SLOT, s.table_slots).astype("<u4")
+    slots = s.table_slots.astype("<u4")
     head = HEADER.pack(MAGIC, VERSION, HEADER.size, s.seq, s.config_digest, s.next_segment_id,
                        s.indexed_blocks, n, r, c)
     body = b"".join((head, s.entry_keys.astype("<u8").tobytes(),
@@ -88,9 +85,7 @@ def decode(raw: bytes | memoryview, name: str) -> SnapshotState:
                                   (n, n, n, r, r, c), strict=True):
         arrays.append(np.frombuffer(raw, dtype, count, off))
         off += size
-    slots = arrays[-1].astype(np.int64)
-    slots[arrays[-1] == EMPTY_SLOT] = -1
-    return SnapshotState(seq, digest, next_id, blocks, *arrays[:-1], slots)
+    return SnapshotState(seq, digest, next_id, blocks, *arrays)
 
 
 def write(io: FileIO, directory: Path, state: SnapshotState) -> tuple[Path, int]:

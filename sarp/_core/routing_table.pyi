@@ -7,6 +7,8 @@ REFINING: int
 REFINED: int
 REMAT: int
 
+EMPTY_SLOT: int
+
 class RoutingTable:
     """Routing entries K(p) -> posting list. Writers must be serialized by the caller."""
 
@@ -68,8 +70,8 @@ class RoutingTable:
         npt.NDArray[np.uint64],
     ]:
         """(entry keys, flags, list lengths, segs, filters) of the whole directory."""
-    def table_slots(self) -> npt.NDArray[np.int64]:
-        """A copy of the hash table: the entry id in each slot, -1 where empty."""
+    def table_slots(self) -> npt.NDArray[np.uint32]:
+        """The hash table: the entry id in each slot, EMPTY_SLOT where empty."""
     @classmethod
     def from_arrays(
         cls,

@@ -10,7 +10,7 @@ and swaps one reference, so a reader that captured the old generation keeps a co
 import numpy as np
 
 cimport numpy as cnp
-from libc.stdint cimport int64_t, uint8_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 
 cnp.import_array()
 
@@ -27,6 +27,9 @@ PRUNED = F_PRUNED
 REFINING = F_REFINING
 REFINED = F_REFINED
 REMAT = F_REMAT
+
+cdef uint32_t EMPTY = 0xFFFFFFFF
+EMPTY_SLOT = EMPTY  # an empty slot in table_slots()
 
 cdef int LEN_BITS = 24
 cdef int64_t LEN_MASK = (1 << 24) - 1
@@ -370,11 +373,19 @@ cdef class RoutingTable:
                 g.ref_seg[idx], g.ref_filter[idx])
 
     def table_slots(self):
-        """A copy of the open-addressing table: the entry id in each slot, -1 where empty.
-
-        With ``export()``'s arrays it restores the table without one insertion per entry
-        (``from_arrays(..., slots=...)``)."""
-        return self.g.slots.copy()
+        """The open-addressing table as uint32: the entry id in each slot, EMPTY_SLOT where
+        empty. With ``export()``'s arrays it restores the table without one insertion per
+        entry (``from_arrays(..., slots=...)``)."""
+        if self.n_entries >= EMPTY_SLOT:
+            raise ValueError(f"{self.n_entries} entries do not fit 32-bit table slots")
+        cdef int64_t[::1] s = self.g.slots
+        out = np.empty(s.shape[0], np.uint32)
+        cdef uint32_t[::1] o = out
+        cdef Py_ssize_t i
+        with nogil:
+            for i in range(s.shape[0]):
+                o[i] = EMPTY if s[i] < 0 else <uint32_t>s[i]
+        return out
 
     @classmethod
     def from_arrays(cls, entry_key, entry_flags, lengths, segs, filters, slots=None):
@@ -404,8 +415,7 @@ cdef class RoutingTable:
                 cap *= 2
             keys, slots = _build_table(ek[:m], cap)
         else:
-            slots = _checked_slots(slots, m)
-            keys = np.where(slots >= 0, ek[np.maximum(slots, 0)], 0).astype(np.uint64)
+            keys, slots = _table_from_slots(slots, ek, m)
         t.g = _Generation(keys, slots, ek, er, ef, rs, rf)
         t.n_entries = m
         t.arena_used = total
@@ -413,18 +423,32 @@ cdef class RoutingTable:
         return t
 
 
-def _checked_slots(slots, Py_ssize_t entries):
-    """``slots`` as a writable int64 table after checking its shape: a power-of-two capacity
-    above the entry count, and every entry id in range, each in exactly one slot."""
-    s = np.array(slots, dtype=np.int64)
-    cap = s.shape[0]
-    if s.ndim != 1 or cap < 16 or cap & (cap - 1) or 10 * entries > 7 * cap:
+def _table_from_slots(slots, entry_key, Py_ssize_t entries):
+    """The table (keys, slots) from ``table_slots()``'s uint32 array, in one pass, after
+    checking its shape: a power-of-two capacity with room for ``entries``, every slot empty or
+    an entry id below ``entries``, and as many used slots as entries."""
+    cdef const uint32_t[::1] src = np.ascontiguousarray(slots, dtype=np.uint32)
+    cdef Py_ssize_t cap = src.shape[0], i, used = 0, bad = 0
+    if cap < 16 or cap & (cap - 1) or 10 * entries > 7 * cap:
         raise ValueError(f"table of {cap} slots cannot hold {entries} entries")
-    used = s[s >= 0]
-    if (s < -1).any() or len(used) != entries or (used >= entries).any() or (
-            entries and np.bincount(used, minlength=entries).max() != 1):
-        raise ValueError("table slots do not name every entry exactly once")
-    return s
+    keys = np.zeros(cap, np.uint64)
+    out = np.empty(cap, np.int64)
+    cdef uint64_t[::1] k = keys
+    cdef int64_t[::1] s = out
+    cdef const uint64_t[::1] ek = entry_key
+    with nogil:
+        for i in range(cap):
+            if src[i] == EMPTY:
+                s[i] = -1
+            elif src[i] < entries:
+                s[i] = src[i]
+                k[i] = ek[src[i]]
+                used += 1
+            else:
+                bad += 1
+    if bad or used != entries:
+        raise ValueError(f"table slots name {used} entries of {entries} ({bad} out of range)")
+    return keys, out
 
 
 def _build_table(entry_key, Py_ssize_t cap):

@@ -304,20 +304,20 @@ def test_table_restored_from_its_slots_probes_like_a_rebuilt_one():
     assert restored.probe(7) == e == len(keys)
 
 
-@pytest.mark.parametrize("damage", ["capacity", "duplicate", "range", "missing"])
+@pytest.mark.parametrize("damage", ["capacity", "range", "missing", "extra"])
 def test_inconsistent_table_slots_are_refused(damage):
     t = rt.RoutingTable()
     for k in range(1, 40):
         t.add_entry(k * 7919, rt.VISIBLE)
     slots = t.table_slots()
-    used = np.flatnonzero(slots >= 0)
+    used = np.flatnonzero(slots != rt.EMPTY_SLOT)
     if damage == "capacity":
         slots = slots[:-1]
-    elif damage == "duplicate":
-        slots[used[0]] = slots[used[1]]
     elif damage == "range":
         slots[used[0]] = 39
+    elif damage == "missing":
+        slots[used[0]] = rt.EMPTY_SLOT
     else:
-        slots[used[0]] = -1
+        slots[np.flatnonzero(slots == rt.EMPTY_SLOT)[0]] = 0
     with pytest.raises(ValueError, match="table"):
         rt.RoutingTable.from_arrays(*t.export(), slots=slots)

@@ -10,6 +10,7 @@ import pytest
 
 import sarp
 from sarp import journal, snapshot
+from sarp._core import routing_table as rt
 from sarp._core.hashing import xxh64
 from sarp.errors import RecoveryError
 
@@ -66,9 +67,10 @@ def test_damaged_newest_snapshot_falls_back_to_the_previous_one(tmp_path, damage
         if damage in ("config", "table"):
             if damage == "config":
                 state.config_digest ^= 1
-            else:  # a checksummed hash table that names one entry twice
-                used = np.flatnonzero(state.table_slots >= 0)
-                state.table_slots[used[0]] = state.table_slots[used[1]]
+            else:  # a checksummed hash table naming an entry that does not exist
+                slots = state.table_slots.copy()
+                slots[np.flatnonzero(slots != rt.EMPTY_SLOT)[0]] = len(state.entry_keys)
+                state.table_slots = slots
             snap.write_bytes(snapshot.encode(state))
         else:
             body = bytearray(raw[:-8])
