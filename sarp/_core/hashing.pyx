@@ -20,8 +20,7 @@ def xxh64(data, uint64_t seed=0):
     except (TypeError, BufferError, ValueError) as exc:
         raise TypeError(f"data must be a contiguous bytes-like object: {exc}") from None
     try:
-        with nogil:
-            h = sarp_xxh64(view.buf, <size_t>view.len, seed)
+        h = sarp_xxh64(view.buf, <size_t>view.len, seed)
     finally:
         PyBuffer_Release(&view)
     return h
