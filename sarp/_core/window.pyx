@@ -24,7 +24,7 @@ longest-prefix matching within the window.
 Only two kinds of call leave compiled code: the routing table's probe/refs lookups (in-memory)
 and ``read``, the segment store's read of one segment (the store releases the GIL for its I/O).
 Filtering, selection and verification keep the GIL: a window's work is far smaller than a GIL
-hand-off between request threads (docs/architecture.md, "Threads").
+hand-off between request threads (sarp/_core/gil.pxd).
 """
 
 import numpy as np
