@@ -35,7 +35,7 @@ def chain_block_ids(const uint32_t[::1] tokens not None, Py_ssize_t block_size, 
     cdef uint64_t[::1] ids = out
     cdef uint64_t h = seed
     cdef Py_ssize_t i
-    with nogil:  # a long sequence is worth a GIL hand-off; see docs/architecture.md
+    with nogil:
         for i in range(count):
             h = sarp_xxh64_u32s(&tokens[i * block_size], <size_t>block_size, h)
             ids[i] = h

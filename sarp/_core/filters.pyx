@@ -60,7 +60,10 @@ def region_filter(
     check_span(block_ids.shape[0], end, stride)
     if p < 0 or p > end:
         raise ValueError(f"p must be in [0, end={end}], got {p}")
-    return pack(data(block_ids), p, end, n_fields, bits, stride)
+    cdef uint64_t f
+    with nogil:
+        f = pack(data(block_ids), p, end, n_fields, bits, stride)
+    return f
 
 
 def filters_at(
@@ -77,11 +80,12 @@ def filters_at(
     cdef Py_ssize_t n = positions.shape[0], i, bad = -1
     out = np.empty(n, dtype=np.uint64)
     cdef uint64_t[::1] f = out
-    for i in range(n):  # a segment's few routing points: less work than a GIL hand-off
-        if positions[i] < 0 or positions[i] > end:
-            bad = i
-            break
-        f[i] = pack(data(block_ids), <Py_ssize_t>positions[i], end, n_fields, bits, stride)
+    with nogil:
+        for i in range(n):
+            if positions[i] < 0 or positions[i] > end:
+                bad = i
+                break
+            f[i] = pack(data(block_ids), <Py_ssize_t>positions[i], end, n_fields, bits, stride)
     if bad >= 0:
         raise ValueError(f"positions[{bad}] = {positions[bad]} is outside [0, end={end}]")
     return out
@@ -101,7 +105,10 @@ def exists_match(const uint64_t[::1] filters not None, uint64_t fq, int k, int n
     check_layout(n_fields, bits)
     if k < 0 or k > n_fields:
         raise ValueError(f"k must be in [0, {n_fields}], got {k}")
-    return exists(data(filters), filters.shape[0], fq, k, bits)
+    cdef bint found
+    with nogil:
+        found = exists(data(filters), filters.shape[0], fq, k, bits)
+    return found
 
 
 def best_fields(const uint64_t[::1] filters not None, uint64_t fq, int n_fields=8, int bits=8):
@@ -110,7 +117,10 @@ def best_fields(const uint64_t[::1] filters not None, uint64_t fq, int n_fields=
     L* = k* * stride blocks.
     """
     check_layout(n_fields, bits)
-    return best(data(filters), filters.shape[0], fq, n_fields, bits)
+    cdef int k
+    with nogil:
+        k = best(data(filters), filters.shape[0], fq, n_fields, bits)
+    return k
 
 
 def matched_fields(uint64_t a, uint64_t b, int n_fields=8, int bits=8):

@@ -20,7 +20,8 @@ def xxh64(data, uint64_t seed=0):
     except (TypeError, BufferError, ValueError) as exc:
         raise TypeError(f"data must be a contiguous bytes-like object: {exc}") from None
     try:
-        h = sarp_xxh64(view.buf, <size_t>view.len, seed)
+        with nogil:
+            h = sarp_xxh64(view.buf, <size_t>view.len, seed)
     finally:
         PyBuffer_Release(&view)
     return h

@@ -21,10 +21,9 @@ MaxRetrieval reaches: nothing unverified is returned, and with MaxRetrieval unbo
 candidate whose potential exceeds the verified match is read, so the result equals exact
 longest-prefix matching within the window.
 
-Only two kinds of call leave compiled code: the routing table's probe/refs lookups (in-memory)
-and ``read``, the segment store's read of one segment (the store releases the GIL for its I/O).
-Filtering, selection and verification keep the GIL: a window's work is far smaller than a GIL
-hand-off between request threads (sarp/_core/gil.pxd).
+Only two kinds of call leave compiled code: the routing table's probe/refs lookups (in-memory,
+with the GIL held) and ``read``, the segment store's read of one segment. Filtering, selection
+and verification run with the GIL released.
 """
 
 import numpy as np
@@ -165,10 +164,11 @@ cdef class WindowMatcher:
         cdef uint64_t fq = 0
         cdef Py_ssize_t top, i, length, limit
         cdef const uint64_t* ids
-        if self.filtering:
-            fq = pack(self.q, w.p, w.we, self.n_fields, self.bits, self.stride)
-        top = selection_init(&sel, fl, sid, m, fq, self.n_fields, self.bits, self.filtering)
-        i = self.next_candidate(&sel, &w)
+        with nogil:
+            if self.filtering:
+                fq = pack(self.q, w.p, w.we, self.n_fields, self.bits, self.stride)
+            top = selection_init(&sel, fl, sid, m, fq, self.n_fields, self.bits, self.filtering)
+            i = self.next_candidate(&sel, &w)
         self.candidates_after += min(top, w.total)
         best = None
         while i >= 0:
@@ -179,12 +179,14 @@ cdef class WindowMatcher:
                 block_ids = u64_array(seg.block_ids, "a segment's block_ids")
                 ids = u64_data(block_ids)
                 limit = min(cnp.PyArray_DIM(block_ids, 0), w.we - ws)
-                length = 0  # a window is at most S blocks: too little work to release the GIL
-                while length < limit and ids[length] == self.q[ws + length]:
-                    length += 1
+                with nogil:
+                    length = 0
+                    while length < limit and ids[length] == self.q[ws + length]:
+                        length += 1
                 self.blocks_verified += length
                 if ws + length > w.best_end:
                     w.best_end = ws + length
                     best = seg
-            i = self.next_candidate(&sel, &w)
+            with nogil:
+                i = self.next_candidate(&sel, &w)
         return w.best_end, best
