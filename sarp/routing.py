@@ -74,22 +74,9 @@ class RoutingDirectory:
         #: segment length -> its points, as the placement walk takes them
         self._layouts: dict[int, Layout] = {}
 
-    # -- the matching side ---------------------------------------------------------------
-    def route(self, q: np.ndarray, ws: int, we: int) -> tuple[int, int, int]:
-        """Approximate routing in window [ws, we): (entry, point, probes), entry -1 on a miss."""
-        probe = self.table.probe
-        probes = 0
-        for o in self.probe_offsets:
-            p = ws + o
-            if p >= we:
-                continue
-            probes += 1
-            e = probe(int(q[p]))
-            if e >= 0:
-                return e, p, probes
-        return -1, -1, probes
-
+    # -- filters -------------------------------------------------------------------------
     def filter_at(self, ids: np.ndarray, p: int, end: int) -> int:
+        """The packed filter of routing point ``p`` from the blocks of ``ids`` before ``end``."""
         c = self.cfg
         return region_filter(ids, p, end, c.filter_fields, c.field_bits, c.stride)
 
