@@ -86,12 +86,8 @@ class Index:
         q = self._query_ids(tokens, block_ids, namespace)
         mr = self._max_retrieval(max_retrieval)
         result = match_path(self.config, self.directory, self.segments, q, mr)
-        with self._counter_lock:
-            self.counters["matches"] += 1
-            self.counters["matched_blocks"] += result.num_blocks
-            self.counters["queried_blocks"] += len(q)
-            for k, v in result.stats.items():
-                self.counters[f"match_{k}"] += v
+        self._count(matches=1, matched_blocks=result.num_blocks, queried_blocks=len(q),
+                    **{f"match_{k}": v for k, v in result.stats.items()})
         return result
 
     def insert(self, tokens: Any = None, *, metadata: Any = None, block_ids: Any = None,

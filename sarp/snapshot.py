@@ -65,10 +65,10 @@ def decode(raw: bytes | memoryview, name: str) -> SnapshotState:
     """Parse and verify a snapshot; every fault raises a CorruptionError naming the file."""
     if len(raw) < HEADER.size + 8:
         raise BadLengthError(f"{name}: {len(raw)} bytes is shorter than a snapshot header")
-    magic, version = struct.unpack_from("<8sI", raw)
+    magic, version, hlen = struct.unpack_from("<8sII", raw)
     if magic != MAGIC:
         raise BadMagicError(f"{name}: not a snapshot (magic {magic!r})")
-    if version != VERSION or struct.unpack_from("<I", raw, 12)[0] != HEADER.size:
+    if version != VERSION or hlen != HEADER.size:
         raise UnsupportedVersionError(f"{name}: snapshot format version {version}, "
                                       f"reads {VERSION}")
     _, _, _, seq, digest, next_id, blocks, n, r, c = HEADER.unpack_from(raw)

@@ -28,7 +28,7 @@ def sequential_read(directory: Path, nbytes: int, repeat: int = 3) -> dict[str, 
         reads = sorted(_read_direct(path, size) for _ in range(repeat))
     finally:
         path.unlink(missing_ok=True)
-    offset, seconds = reads[len(reads) // 2][1], reads[len(reads) // 2][0]
+    seconds, offset = reads[len(reads) // 2]
     return {"bytes": offset, "seconds": seconds, "mb_per_s": offset / seconds / 1e6}
 
 
