@@ -154,6 +154,23 @@ class FileIO:
             os.close(f.fd)
             f.fd = -1
 
+    def map_private(self, path: str | Path) -> mmap.mmap | bytes:
+        """All of ``path``, mapped copy-on-write and read in at once (MAP_POPULATE): one
+        sequential pass from the disk, no copy into a second buffer, and writes to the mapping
+        never reach the file. Only for files that are replaced whole and never changed in
+        place (snapshots): a file truncated under a live mapping faults its reader."""
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            if size == 0:
+                return b""
+            m = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0),
+                          prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        self._add(reads=1, bytes_read=size)
+        return m
+
     # -- directories -----------------------------------------------------------------------
     def fsync_dir(self, path: str | Path) -> None:
         """fsync the directory ``path`` so that creates, renames and unlinks in it are durable."""
@@ -228,6 +245,10 @@ class PowerLossIO(FileIO):
     def _pread(self, f: File, buf: Any, offset: int) -> int:
         self._check()
         return super()._pread(f, buf, offset)
+
+    def map_private(self, path: str | Path) -> mmap.mmap | bytes:
+        self._check()
+        return super().map_private(path)
 
     def _pwrite(self, f: File, buf: Any, offset: int) -> None:
         self._check()

@@ -34,6 +34,7 @@ EMPTY_SLOT = EMPTY  # an empty slot in table_slots()
 cdef int LEN_BITS = 24
 cdef int64_t LEN_MASK = (1 << 24) - 1
 cdef int64_t MAX_LIST = (1 << 24) - 1
+cdef Py_ssize_t MAX_ENTRIES = 0xFFFFFFFE  # entry ids are 32-bit; EMPTY marks a free slot
 
 
 cdef inline uint64_t _mix(uint64_t k) nogil:
@@ -44,19 +45,21 @@ cdef inline uint64_t _mix(uint64_t k) nogil:
 
 
 cdef class _Generation:
-    """One consistent set of arrays. Readers capture it once per operation."""
-    cdef public object keys, slots, entry_key, entry_ref, entry_flags, ref_seg, ref_filter
-    cdef uint64_t[::1] k
-    cdef int64_t[::1] s
+    """One consistent set of arrays. Readers capture it once per operation.
+
+    The hash table holds only entry ids (``slots``, 4 bytes each): a probe compares the key
+    through ``entry_key[slot]``, so keys are stored once."""
+    cdef public object slots, entry_key, entry_ref, entry_flags, ref_seg, ref_filter
+    cdef uint32_t[::1] s
     cdef uint64_t[::1] ek
     cdef int64_t[::1] er
     cdef uint8_t[::1] ef
 
-    def __init__(self, keys, slots, entry_key, entry_ref, entry_flags, ref_seg, ref_filter):
-        self.keys, self.slots = keys, slots
+    def __init__(self, slots, entry_key, entry_ref, entry_flags, ref_seg, ref_filter):
+        self.slots = slots
         self.entry_key, self.entry_ref, self.entry_flags = entry_key, entry_ref, entry_flags
         self.ref_seg, self.ref_filter = ref_seg, ref_filter
-        self.k, self.s = keys, slots
+        self.s = slots
         self.ek, self.er, self.ef = entry_key, entry_ref, entry_flags
 
 
@@ -73,7 +76,7 @@ cdef class RoutingTable:
             cap *= 2
         n = max(capacity, 16)
         self.g = _Generation(
-            np.zeros(cap, np.uint64), np.full(cap, -1, np.int64),
+            np.full(cap, EMPTY, np.uint32),
             np.zeros(n, np.uint64), np.zeros(n, np.int64), np.zeros(n, np.uint8),
             np.zeros(4 * n, np.uint64), np.zeros(4 * n, np.uint64))
         self.n_entries = 0
@@ -82,14 +85,14 @@ cdef class RoutingTable:
 
     # -- lookups ---------------------------------------------------------------------------
     cdef inline Py_ssize_t _find(self, _Generation g, uint64_t key) noexcept:
-        cdef Py_ssize_t mask = g.k.shape[0] - 1
+        cdef Py_ssize_t mask = g.s.shape[0] - 1
         cdef Py_ssize_t i = <Py_ssize_t>(_mix(key) & mask)
-        cdef int64_t slot
+        cdef uint32_t slot
         while True:
             slot = g.s[i]
-            if slot < 0:
+            if slot == EMPTY:
                 return -1
-            if g.k[i] == key:
+            if g.ek[slot] == key:
                 return slot
             i = (i + 1) & mask
 
@@ -142,20 +145,21 @@ cdef class RoutingTable:
         """Create an empty entry for ``key`` (which must be absent) and return its id."""
         if self._find(self.g, key) >= 0:
             raise KeyError(f"routing key {key} already has an entry")
-        if (10 * (self.n_entries + 1) > 7 * self.g.k.shape[0]
+        if self.n_entries >= MAX_ENTRIES:
+            raise OverflowError(f"the routing table holds at most {MAX_ENTRIES} entries")
+        if (10 * (self.n_entries + 1) > 7 * self.g.s.shape[0]
                 or self.n_entries == self.g.ek.shape[0]):
             self._grow_entries()
         cdef _Generation g = self.g
         cdef Py_ssize_t e = self.n_entries
-        g.ek[e] = key
+        g.ek[e] = key  # written before the slot that makes it reachable
         g.er[e] = 0
         g.ef[e] = <uint8_t>flags
-        cdef Py_ssize_t mask = g.k.shape[0] - 1
+        cdef Py_ssize_t mask = g.s.shape[0] - 1
         cdef Py_ssize_t i = <Py_ssize_t>(_mix(key) & mask)
-        while g.s[i] >= 0:
+        while g.s[i] != EMPTY:
             i = (i + 1) & mask
-        g.k[i] = key
-        g.s[i] = e
+        g.s[i] = <uint32_t>e
         self.n_entries = e + 1
         return e
 
@@ -291,20 +295,22 @@ cdef class RoutingTable:
 
     # -- growth and compaction: build a new generation, then swap it in ------------------------
     def _grow_entries(self):
+        """Room for one more entry: larger entry arrays when they are full, a larger table
+        when its load would pass 0.7. Both are new arrays, so old generations stay intact."""
         g = self.g
-        n = max(16, g.entry_key.shape[0] * 3 // 2)
-        cap = g.keys.shape[0]
-        while 7 * cap < 10 * (self.n_entries + 1):
-            cap *= 2
-        ek = np.zeros(n, np.uint64)
-        er = np.zeros(n, np.int64)
-        ef = np.zeros(n, np.uint8)
         m = self.n_entries
-        ek[:m] = g.entry_key[:m]
-        er[:m] = g.entry_ref[:m]
-        ef[:m] = g.entry_flags[:m]
-        keys, slots = _build_table(ek[:m], cap)
-        self.g = _Generation(keys, slots, ek, er, ef, g.ref_seg, g.ref_filter)
+        ek, er, ef = g.entry_key, g.entry_ref, g.entry_flags
+        if m == ek.shape[0]:
+            n = max(16, m * 3 // 2)
+            ek, er, ef = np.zeros(n, np.uint64), np.zeros(n, np.int64), np.zeros(n, np.uint8)
+            ek[:m] = g.entry_key[:m]
+            er[:m] = g.entry_ref[:m]
+            ef[:m] = g.entry_flags[:m]
+        cap = g.slots.shape[0]
+        while 7 * cap < 10 * (m + 1):
+            cap *= 2
+        slots = _build_table(ek[:m], cap) if cap != g.slots.shape[0] else g.slots.copy()
+        self.g = _Generation(slots, ek, er, ef, g.ref_seg, g.ref_filter)
 
     def _grow_arena(self, Py_ssize_t need):
         g = self.g
@@ -316,7 +322,7 @@ cdef class RoutingTable:
         rf = np.zeros(size, np.uint64)
         rs[:self.arena_used] = g.ref_seg[:self.arena_used]
         rf[:self.arena_used] = g.ref_filter[:self.arena_used]
-        self.g = _Generation(g.keys, g.slots, g.entry_key, g.entry_ref, g.entry_flags, rs, rf)
+        self.g = _Generation(g.slots, g.entry_key, g.entry_ref, g.entry_flags, rs, rf)
 
     def _compact(self, Py_ssize_t need):
         """Drop superseded list versions: copy live lists into fresh arrays."""
@@ -342,7 +348,7 @@ cdef class RoutingTable:
                 er[e] = (<int64_t>off << LEN_BITS) | n
                 off += n
         self.arena_used = off
-        self.g = _Generation(g.keys, g.slots, g.entry_key, er_new, g.entry_flags, rs_new, rf_new)
+        self.g = _Generation(g.slots, g.entry_key, er_new, g.entry_flags, rs_new, rf_new)
 
     # -- whole-directory views, for statistics and snapshots -----------------------------------
     def entry_flags(self):
@@ -354,7 +360,7 @@ cdef class RoutingTable:
     def nbytes(self) -> int:
         """Bytes held by the directory's arrays (table, entries, arena)."""
         g = self.g
-        return int(g.keys.nbytes + g.slots.nbytes + g.entry_key.nbytes + g.entry_ref.nbytes
+        return int(g.slots.nbytes + g.entry_key.nbytes + g.entry_ref.nbytes
                    + g.entry_flags.nbytes + g.ref_seg.nbytes + g.ref_filter.nbytes)
 
     def export(self):
@@ -365,107 +371,101 @@ cdef class RoutingTable:
         g = self.g
         m = self.n_entries
         er = g.entry_ref[:m]
-        lengths = (er & LEN_MASK).astype(np.uint32)
-        offs = er >> LEN_BITS
-        idx = np.repeat(offs - np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64),
-                        lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
-        return (g.entry_key[:m].copy(), g.entry_flags[:m].copy(), lengths,
+        lens = er & LEN_MASK
+        starts = np.cumsum(lens) - lens  # where each list starts in the exported arrays
+        idx = np.repeat((er >> LEN_BITS) - starts, lens) + np.arange(int(lens.sum()),
+                                                                     dtype=np.int64)
+        return (g.entry_key[:m].copy(), g.entry_flags[:m].copy(), lens.astype(np.uint32),
                 g.ref_seg[idx], g.ref_filter[idx])
 
     def table_slots(self):
-        """The open-addressing table as uint32: the entry id in each slot, EMPTY_SLOT where
-        empty. With ``export()``'s arrays it restores the table without one insertion per
-        entry (``from_arrays(..., slots=...)``)."""
-        if self.n_entries >= EMPTY_SLOT:
-            raise ValueError(f"{self.n_entries} entries do not fit 32-bit table slots")
-        cdef int64_t[::1] s = self.g.slots
-        out = np.empty(s.shape[0], np.uint32)
-        cdef uint32_t[::1] o = out
-        cdef Py_ssize_t i
-        with nogil:
-            for i in range(s.shape[0]):
-                o[i] = EMPTY if s[i] < 0 else <uint32_t>s[i]
-        return out
+        """The open-addressing table as a uint32 copy: the entry id in each slot, EMPTY_SLOT
+        where empty. With ``export()``'s arrays it restores the table without one insertion
+        per entry (``from_arrays(..., slots=...)``)."""
+        return self.g.slots.copy()
 
     @classmethod
     def from_arrays(cls, entry_key, entry_flags, lengths, segs, filters, slots=None):
-        """Rebuild a table from ``export()``'s arrays by sequential copies. The hash table is
-        taken from ``slots`` (``table_slots()`` of the same table) when given, else built by
-        inserting every entry. Entry arrays get a quarter of headroom, so the first inserts
-        after a recovery do not regrow them (and rebuild the table)."""
-        m = entry_key.shape[0]
-        cdef RoutingTable t = cls(16)
+        """A table over ``export()``'s arrays. The posting-list arena (``segs``, ``filters``:
+        nearly all of a snapshot's bytes) is adopted without a copy when it is C-contiguous,
+        writable and of native dtype, as a snapshot's read buffer is; the first list write
+        that needs room moves it into growable arrays. Entry arrays are copied with a quarter
+        of headroom. The hash table is ``slots`` (``table_slots()`` of the same table), checked
+        and copied in one pass, when given; else it is built by inserting every entry."""
+        m = len(entry_key)
+        if len(entry_flags) != m or len(lengths) != m:
+            raise ValueError(f"{m} entry keys, {len(entry_flags)} flags and {len(lengths)} "
+                             f"lengths")
         n = max(m + m // 4, 16)
         ek = np.zeros(n, np.uint64)
         ef = np.zeros(n, np.uint8)
         er = np.zeros(n, np.int64)
         ek[:m] = entry_key
         ef[:m] = entry_flags
-        lengths = np.asarray(lengths, dtype=np.int64)
-        offs = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64) if m else lengths
-        er[:m] = (offs << LEN_BITS) | lengths
-        total = int(lengths.sum())
-        rs = np.zeros(max(total + 64, total * 5 // 4), np.uint64)
-        rf = np.zeros(rs.shape[0], np.uint64)
-        rs[:total] = segs
-        rf[:total] = filters
-        if slots is None:
-            cap = 16
-            while 7 * cap < 10 * n:
-                cap *= 2
-            keys, slots = _build_table(ek[:m], cap)
-        else:
-            keys, slots = _table_from_slots(slots, ek, m)
-        t.g = _Generation(keys, slots, ek, er, ef, rs, rf)
+        lens = np.asarray(lengths, dtype=np.int64)
+        if m and (lens.min() < 0 or lens.max() > MAX_LIST):
+            raise ValueError("posting-list lengths out of range")
+        ends = np.cumsum(lens)
+        total = int(ends[m - 1]) if m else 0
+        er[:m] = ((ends - lens) << LEN_BITS) | lens
+        rs = _adopt(segs, np.uint64)
+        rf = _adopt(filters, np.uint64)
+        if rs.shape[0] != total or rf.shape[0] != total:
+            raise ValueError(f"lists hold {total} references, got {rs.shape[0]} segment ids "
+                             f"and {rf.shape[0]} filters")
+        cap = 16
+        while 7 * cap < 10 * n:
+            cap *= 2
+        slots = _build_table(ek[:m], cap) if slots is None else _copy_slots(slots, m)
+        cdef RoutingTable t = cls(16)
+        t.g = _Generation(slots, ek, er, ef, rs, rf)
         t.n_entries = m
         t.arena_used = total
         t.live_refs = total
         return t
 
 
-def _table_from_slots(slots, entry_key, Py_ssize_t entries):
-    """The table (keys, slots) from ``table_slots()``'s uint32 array, in one pass, after
-    checking its shape: a power-of-two capacity with room for ``entries``, every slot empty or
-    an entry id below ``entries``, and as many used slots as entries."""
+def _adopt(a, dtype):
+    """``a`` itself when it is a C-contiguous, writable, aligned array of native ``dtype``;
+    else a copy that is."""
+    return np.require(a, dtype, ["C_CONTIGUOUS", "WRITEABLE", "ALIGNED"])
+
+
+def _copy_slots(slots, Py_ssize_t entries):
+    """A copy of ``table_slots()``'s array, made in the pass that checks its shape: a
+    power-of-two capacity with room for ``entries``, every slot empty or an entry id below
+    ``entries``, and as many used slots as entries."""
     cdef const uint32_t[::1] src = np.ascontiguousarray(slots, dtype=np.uint32)
     cdef Py_ssize_t cap = src.shape[0], i, used = 0, bad = 0
     if cap < 16 or cap & (cap - 1) or 10 * entries > 7 * cap:
         raise ValueError(f"table of {cap} slots cannot hold {entries} entries")
-    keys = np.zeros(cap, np.uint64)
-    out = np.empty(cap, np.int64)
-    cdef uint64_t[::1] k = keys
-    cdef int64_t[::1] s = out
-    cdef const uint64_t[::1] ek = entry_key
+    out = np.empty(cap, np.uint32)
+    cdef uint32_t[::1] o = out
+    cdef uint32_t v
     with nogil:
         for i in range(cap):
-            if src[i] == EMPTY:
-                s[i] = -1
-            elif src[i] < entries:
-                s[i] = src[i]
-                k[i] = ek[src[i]]
-                used += 1
-            else:
-                bad += 1
+            v = src[i]
+            o[i] = v
+            if v != EMPTY:
+                if v < entries:
+                    used += 1
+                else:
+                    bad += 1
     if bad or used != entries:
         raise ValueError(f"table slots name {used} entries of {entries} ({bad} out of range)")
-    return keys, out
+    return out
 
 
 def _build_table(entry_key, Py_ssize_t cap):
-    """An open-addressing table (keys, slots) of capacity ``cap`` for the given entry keys."""
-    keys = np.zeros(cap, np.uint64)
-    slots = np.full(cap, -1, np.int64)
-    cdef uint64_t[::1] k = keys
-    cdef int64_t[::1] s = slots
-    cdef uint64_t[::1] ek = np.ascontiguousarray(entry_key, dtype=np.uint64)
+    """The slots of an open-addressing table of capacity ``cap`` for the given entry keys."""
+    slots = np.full(cap, EMPTY, np.uint32)
+    cdef uint32_t[::1] s = slots
+    cdef const uint64_t[::1] ek = np.ascontiguousarray(entry_key, dtype=np.uint64)
     cdef Py_ssize_t mask = cap - 1, e, i
     with nogil:
         for e in range(ek.shape[0]):
             i = <Py_ssize_t>(_mix(ek[e]) & mask)
-            while s[i] >= 0:
-                if k[i] == ek[e]:
-                    break
+            while s[i] != EMPTY:
                 i = (i + 1) & mask
-            k[i] = ek[e]
-            s[i] = e
-    return keys, slots
+            s[i] = <uint32_t>e
+    return slots

@@ -304,6 +304,37 @@ def test_table_restored_from_its_slots_probes_like_a_rebuilt_one():
     assert restored.probe(7) == e == len(keys)
 
 
+def test_restored_table_adopts_the_arena_and_copies_it_before_writing():
+    t = rt.RoutingTable()
+    for k in range(1, 200):
+        e = t.add_entry(k * 7919, rt.VISIBLE)
+        for s in range(k % 5 + 1):
+            t.add_member(e, 1000 * k + s, s)
+    keys, flags, lengths, segs, filters = t.export()
+    kept = segs.copy(), filters.copy()
+    restored = rt.RoutingTable.from_arrays(keys, flags, lengths, segs, filters,
+                                           slots=t.table_slots())
+    first = restored.refs(restored.probe(7919))[0]
+    assert np.shares_memory(first, segs)  # recovery did not copy the lists
+    e = restored.probe(5 * 7919)
+    restored.add_member(e, 5, 99)  # the first write moves the arena, never into ``segs``
+    assert restored.refs(e)[0].tolist() == [5000, 5]
+    assert np.array_equal(segs, kept[0]) and np.array_equal(filters, kept[1])
+    assert [restored.refs(restored.probe(k * 7919))[0].tolist() for k in range(1, 200)
+            if k != 5] == [t.refs(t.probe(k * 7919))[0].tolist() for k in range(1, 200) if k != 5]
+
+
+def test_restore_refuses_lists_that_disagree_with_their_lengths():
+    t = rt.RoutingTable()
+    for k in range(1, 20):
+        t.add_member(t.add_entry(k, rt.VISIBLE), k, 0)
+    keys, flags, lengths, segs, filters = t.export()
+    with pytest.raises(ValueError, match="references"):
+        rt.RoutingTable.from_arrays(keys, flags, lengths, segs[:-1], filters[:-1])
+    with pytest.raises(ValueError, match="lengths"):
+        rt.RoutingTable.from_arrays(keys, flags, lengths[:-1], segs, filters)
+
+
 @pytest.mark.parametrize("damage", ["capacity", "range", "missing", "extra"])
 def test_inconsistent_table_slots_are_refused(damage):
     t = rt.RoutingTable()
