@@ -32,6 +32,7 @@ from sarp.block_ids import as_block_ids, block_ids
 from sarp.config import Config, config_from_kwargs, digest_text, dumps, loads
 from sarp.errors import IndexClosedError
 from sarp.insertion import insert as insert_path
+from sarp.matched_prefix import MatchedPrefix
 from sarp.matching import COUNTERS, MatchResult
 from sarp.matching import match as match_path
 from sarp.routing import Build, Events, RoutingDirectory
@@ -77,6 +78,7 @@ class Index:
                              segments_written=0, segments_extended=0, blocks_written=0,
                              indexed_blocks=0, snapshots=0, backfills=0, rematerializations=0)
         self._counter_lock = threading.Lock()
+        self._matched = MatchedPrefix()
 
     # -- public API ----------------------------------------------------------------------
     def match(self, tokens: Any = None, *, block_ids: Any = None, namespace: bytes | None = None,
@@ -86,6 +88,7 @@ class Index:
         q = self._query_ids(tokens, block_ids, namespace)
         mr = self._max_retrieval(max_retrieval)
         result = match_path(self.config, self.directory, self.segments, q, mr)
+        self._matched.remember(result.block_ids)
         self._count(matches=1, matched_blocks=result.num_blocks, queried_blocks=len(q),
                     **{f"match_{k}": v for k, v in result.stats.items()})
         return result
@@ -112,7 +115,8 @@ class Index:
                 place(seg.segment_id, seg.start, seg.block_ids, events=events)
 
         st = insert_path(self.config, self.directory, self.segments, q, meta,
-                         self.config.max_retrieval, on_write, self._window_lock)
+                         self.config.max_retrieval, on_write, self._window_lock,
+                         known=self._matched.known(q))
         if written:
             # After placement: a snapshot taken in between holds the placement, and this
             # record then goes to the snapshot's new journal, whose replay re-places it.

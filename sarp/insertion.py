@@ -27,8 +27,12 @@ WindowLock = Callable[[int], threading.Lock]
 
 def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: np.ndarray,
            meta: np.ndarray, max_retrieval: int, on_write: OnWrite,
-           window_lock: WindowLock | None = None) -> dict[str, int]:
+           window_lock: WindowLock | None = None, known: int = 0) -> dict[str, int]:
     """Insert block IDs ``q`` with metadata rows ``meta`` (uint8, shape (n, width)).
+
+    ``known``: blocks at the start of ``q`` already verified as stored (the prefix this
+    thread's last match verified, ``sarp.matched_prefix``). Whole windows inside it are
+    stored for good (segments only grow), so they are skipped without a read or a lock.
 
     Written segments are stored in one batch and then passed to ``on_write`` in window order:
     before the next window is matched (so a match sees every earlier window registered), and
@@ -60,7 +64,7 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
     diverged = False
     found_end, stored = 0, None
     try:
-        for ws in range(0, n, S):
+        for ws in range(known // S * S, n, S):
             we = min(ws + S, n)
             if not diverged:
                 if pending:

@@ -20,6 +20,7 @@ import numpy as np
 from sarp.baselines.settings import Settings, resolve
 from sarp.block_ids import as_block_ids
 from sarp.errors import IndexClosedError
+from sarp.matched_prefix import MatchedPrefix
 from sarp.matching import MatchResult
 from storage_backends import RecordStore, open_store
 
@@ -66,6 +67,7 @@ class BaselineIndex(ABC):
         self._lock = threading.RLock()
         self._closed = False
         self._totals = {"matches": 0, "inserts": 0, "store_reads": 0, "store_writes": 0}
+        self._matched = MatchedPrefix()
         self.store: RecordStore | None = self._open_store(STORE_DIR) if self.uses_store else None
         report = dict.fromkeys(RECOVERY_STAGES, 0)
         try:
@@ -83,7 +85,7 @@ class BaselineIndex(ABC):
         rows = self._check_metadata(metadata, len(q))
         with self._lock:
             self._check_open()
-            st = self._insert(q, rows)
+            st = self._insert(q, rows, self._matched.known(q))
             self._account("inserts", st)
         return st
 
@@ -97,7 +99,9 @@ class BaselineIndex(ABC):
             self._account("matches", st)
         n = len(meta) // self.settings.meta_width
         rows = np.frombuffer(meta, dtype=self.settings.metadata_dtype, count=n).copy()
-        return MatchResult(n, n * self.settings.block_size, q[:n].copy(), rows, st)
+        matched = q[:n].copy()
+        self._matched.remember(matched)
+        return MatchResult(n, n * self.settings.block_size, matched, rows, st)
 
     def snapshot(self) -> dict[str, Any]:
         """Make the current state durable; returns bytes written and seconds taken."""
@@ -145,8 +149,10 @@ class BaselineIndex(ABC):
         """(metadata bytes of the matched prefix, counters with ``store_reads``)."""
 
     @abstractmethod
-    def _insert(self, q: np.ndarray, rows: np.ndarray) -> dict[str, int]:
-        """Index ``q`` with metadata ``rows`` ((n, width) uint8); returns counters."""
+    def _insert(self, q: np.ndarray, rows: np.ndarray, known: int) -> dict[str, int]:
+        """Index ``q`` with metadata ``rows`` ((n, width) uint8); returns counters. The first
+        ``known`` blocks were verified as stored by this thread's last match
+        (``sarp.matched_prefix``); a design may skip them."""
 
     @abstractmethod
     def _entries(self) -> int | None:

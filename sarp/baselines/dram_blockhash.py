@@ -58,10 +58,10 @@ class DRAMBlockHash(BaselineIndex):
         found, probes = probe_blocks(self._table.get, q.tolist())
         return b"".join(found), {"probes": probes}
 
-    def _insert(self, q: np.ndarray, rows: np.ndarray) -> dict[str, int]:
+    def _insert(self, q: np.ndarray, rows: np.ndarray, known: int) -> dict[str, int]:
         ids = q.tolist()
-        found, probes = probe_blocks(self._table.get, ids)
-        m = len(found)
+        found, probes = probe_blocks(self._table.get, ids[known:])
+        m = known + len(found)
         self._table.update(zip(ids[m:], split_rows(rows[m:]), strict=True))
         return {"probes": probes, "blocks_written": len(ids) - m}
 

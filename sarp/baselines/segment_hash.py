@@ -88,12 +88,12 @@ class SegmentHash(BaselineIndex):
                 break
         return b"".join(out), st
 
-    def _insert(self, q: np.ndarray, rows: np.ndarray) -> dict[str, int]:
+    def _insert(self, q: np.ndarray, rows: np.ndarray, known: int) -> dict[str, int]:
         st = {"store_reads": 0, "fallback_reads": 0}
         S, width = self.settings.segment_blocks, self.settings.meta_width
         pairs = []
         diverged = False
-        for ws in range(0, len(q), S):
+        for ws in range(known // S * S, len(q), S):  # whole known windows are stored
             we = min(ws + S, len(q))
             end, parts = (ws, []) if diverged else self._descend(q, ws, st)
             if end == we:

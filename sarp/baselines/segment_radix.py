@@ -127,7 +127,8 @@ class SegmentRadix(BaselineIndex):
                 break
         return b"".join(out)
 
-    def _insert(self, q: np.ndarray, rows: np.ndarray) -> dict[str, int]:
+    def _insert(self, q: np.ndarray, rows: np.ndarray, known: int) -> dict[str, int]:
+        # ``known`` is not used: the walk must reach the leaf's parent anyway.
         st = {"store_reads": 0, "store_writes": 0, "segments_written": 0}
         path = self._walk(q, st)
         m = sum(k for _, k in path)

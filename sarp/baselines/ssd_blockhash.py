@@ -22,10 +22,10 @@ class SSDBlockHash(BaselineIndex):
         found, probes = probe_blocks(self.store.get, q.tolist())
         return b"".join(found), {"store_reads": probes}
 
-    def _insert(self, q: np.ndarray, rows: np.ndarray) -> dict[str, int]:
+    def _insert(self, q: np.ndarray, rows: np.ndarray, known: int) -> dict[str, int]:
         ids = q.tolist()
-        found, probes = probe_blocks(self.store.get, ids)
-        m = len(found)
+        found, probes = probe_blocks(self.store.get, ids[known:])
+        m = known + len(found)
         self.store.put_many(zip(ids[m:], split_rows(rows[m:]), strict=True))
         return {"store_reads": probes, "store_writes": len(ids) - m}
 

@@ -1,8 +1,9 @@
 """Workload names the benchmark accepts, and loading them at a scale.
 
 ``synthetic/NAME`` (the four synthetic datasets; ``scale`` multiplies their sessions),
-``trace/SUBSET`` (the shipped LMCache agent trace; a ``scale`` below 1 keeps that fraction
-of its sessions, the first ones) and ``mooncake:PATH`` (a Mooncake trace file).
+``trace/SUBSET`` (the shipped LMCache agent trace; ``trace/all`` is the whole trace, its three
+subsets together; a ``scale`` below 1 keeps that fraction of its sessions, the first ones) and
+``mooncake:PATH`` (a Mooncake trace file).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from sarp.bench.synthetic import NAMES, synthetic
 from sarp.bench.trace import SUBSETS, load_trace
 from sarp.bench.workloads import Workload
 
-WORKLOADS = tuple(f"synthetic/{n}" for n in NAMES) + tuple(f"trace/{s}" for s in SUBSETS)
+ALL_TRACE = "all"
+WORKLOADS = (tuple(f"synthetic/{n}" for n in NAMES) + tuple(f"trace/{s}" for s in SUBSETS)
+             + (f"trace/{ALL_TRACE}",))
 MOONCAKE = "mooncake:"
 
 
@@ -33,5 +36,5 @@ def load_workload(name: str, scale: float = 1.0, seed: int = 0) -> Workload:
         return read_mooncake(name[len(MOONCAKE):])
     if kind == "synthetic":
         return synthetic(rest, scale, seed)
-    sessions = load_trace(rest)
+    sessions = load_trace(None if rest == ALL_TRACE else rest)
     return sessions[: max(1, math.ceil(len(sessions) * scale))] if scale < 1 else sessions

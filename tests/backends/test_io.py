@@ -41,6 +41,25 @@ def test_counters(tmp_path: Path) -> None:
     assert io.syncs == 3
 
 
+def test_map_private_reads_the_file_and_never_writes_it(tmp_path: Path) -> None:
+    io = FileIO()
+    path = tmp_path / "snap"
+    path.write_bytes(b"abcdef" * 1000)
+    m = io.map_private(path)
+    assert bytes(m) == b"abcdef" * 1000
+    m[:3] = b"xyz"  # copy-on-write: the mapping changes, the file does not
+    assert m[:6] == b"xyzdef" and path.read_bytes()[:6] == b"abcdef"
+    assert io.stats()["reads"] == 1 and io.stats()["bytes_read"] == 6000
+    (tmp_path / "empty").write_bytes(b"")
+    assert io.map_private(tmp_path / "empty") == b""
+    with pytest.raises(FileNotFoundError):
+        io.map_private(tmp_path / "missing")
+    lost = PowerLossIO()
+    lost.crash()
+    with pytest.raises(OSError):
+        lost.map_private(path)
+
+
 def test_o_direct_refused_falls_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real_open = os.open
 

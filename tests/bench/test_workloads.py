@@ -185,3 +185,12 @@ def test_mooncake_drops_partial_block(tmp_path):
     path.write_text(json.dumps(record) + "\n")
     ((context, _),) = read_mooncake(path)[0]
     assert len(context) == 1
+
+
+def test_catalog_names_the_whole_trace_and_refuses_unknown_names():
+    from sarp.bench.catalog import check_workload, load_workload
+
+    whole = load_workload("trace/all")
+    assert len(whole) == sum(len(load_workload(f"trace/{s}")) for s in SUBSETS)
+    with pytest.raises(ValueError, match="trace/everything"):
+        check_workload("trace/everything")
