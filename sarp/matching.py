@@ -46,7 +46,8 @@ def matcher(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q:
     return WindowMatcher(directory.table, segments.read, q, cfg.segment_blocks,
                          directory.probe_offsets, n_fields=cfg.filter_fields,
                          bits=cfg.field_bits, stride=cfg.stride, filtering=cfg.filtering,
-                         max_retrieval=max_retrieval)
+                         max_retrieval=max_retrieval,
+                         unbounded_at=directory.table.remat_pending)
 
 
 def match_window(cfg: Config, directory: RoutingDirectory, segments: SegmentStore,

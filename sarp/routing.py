@@ -114,6 +114,8 @@ class RoutingDirectory:
 
         Caller holds the writer lock. A walk that makes a pruned entry cross the threshold
         stops there: the rematerialization it triggers re-places every member, this one too.
+        Until that rematerialization has run, other walks (``build`` None) also stop at that
+        entry, after joining its list.
         The walk runs in ``RoutingTable.walk``; it returns here only to create an entry or to
         start background work.
         """
@@ -129,7 +131,7 @@ class RoutingDirectory:
         while True:
             i, prev, e, parent = t.walk(ids, lay.offsets, lay.parents, lay.refinable, filts,
                                         seg_id, i, prev, c.pruning, c.pruning_threshold,
-                                        c.refinement, c.tau)
+                                        c.refinement, c.tau, build is None)
             if i >= n:
                 return events
             if e < 0:

@@ -26,6 +26,8 @@ class RoutingTable:
     def list_len(self, entry: int) -> int: ...
     def key_of(self, entry: int) -> int: ...
     def flags(self, entry: int) -> int: ...
+    def remat_pending(self, entry: int) -> bool:
+        """Whether ``entry`` is a pruned entry whose rematerialization has not run yet."""
     def set_flags(self, entry: int, flags: int) -> None: ...
     def make_visible(self, entries: npt.ArrayLike) -> None:
         """Publish several private entries in one step."""
@@ -52,6 +54,7 @@ class RoutingTable:
         threshold: int,
         refinement: bool,
         tau: int,
+        hold_below_remat: bool = False,
     ) -> tuple[int, int, int, int]:
         """Algorithm 2's placement walk from point ``i``: (point, prev, entry, parent) where
         the caller must create an entry (entry -1) or start background work; point ==

@@ -129,6 +129,10 @@ cdef class RoutingTable:
     def flags(self, Py_ssize_t entry) -> int:
         return self.g.ef[entry]
 
+    def remat_pending(self, Py_ssize_t entry) -> bool:
+        """Whether ``entry`` is a pruned entry whose rematerialization has not run yet."""
+        return (self.g.ef[entry] & F_REMAT) != 0
+
     # -- writes (serialized by the caller) ----------------------------------------------------
     def set_flags(self, Py_ssize_t entry, int flags):
         self.g.ef[entry] = <uint8_t>flags
@@ -212,7 +216,8 @@ cdef class RoutingTable:
     def walk(self, const uint64_t[::1] ids not None, const int64_t[::1] offsets not None,
              const int64_t[::1] parents not None, const uint8_t[::1] refinable not None,
              const uint64_t[::1] filters not None, uint64_t seg, Py_ssize_t i, Py_ssize_t prev,
-             bint pruning, Py_ssize_t threshold, bint refinement, Py_ssize_t tau):
+             bint pruning, Py_ssize_t threshold, bint refinement, Py_ssize_t tau,
+             bint hold_below_remat=False):
         """Algorithm 2's placement walk of segment ``seg`` (block IDs ``ids``) from point ``i``,
         ``prev`` the last retained entry (-1: none yet).
 
@@ -223,6 +228,10 @@ cdef class RoutingTable:
         must act: returns (j, prev, entry, parent) with ``entry`` -1 when point j's key has no
         entry (``parent``: the entry enabling it, or -1), or the entry that just gained the
         member and crossed tau or the pruning threshold. j == len(offsets): the walk is done.
+
+        ``hold_below_remat``: a retained entry whose rematerialization is queued ends the walk
+        like a pruned one (a new segment joins its list and the rematerialization places it
+        below), so no entry below it is created holding the new segments without the old ones.
         """
         cdef Py_ssize_t n = offsets.shape[0], e, parent, m
         cdef uint8_t fl
@@ -242,6 +251,9 @@ cdef class RoutingTable:
                 continue
             if prev >= 0 and pruning and (g.er[prev] & LEN_MASK) <= threshold:
                 g.ef[prev] |= F_PRUNED
+                i += 1
+                continue
+            if prev >= 0 and hold_below_remat and g.ef[prev] & F_REMAT:
                 i += 1
                 continue
             if e < 0:

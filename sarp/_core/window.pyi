@@ -33,6 +33,7 @@ class WindowMatcher:
         stride: int = 2,
         filtering: bool = True,
         max_retrieval: int = 3,
+        unbounded_at: Callable[[int], bool] | None = None,
     ) -> None: ...
     def match(self, ws: int) -> tuple[int, Any]:
         """(end, segment): the longest verified match in the window starting at ``ws``."""

@@ -21,6 +21,11 @@ MaxRetrieval reaches: nothing unverified is returned, and with MaxRetrieval unbo
 candidate whose potential exceeds the verified match is read, so the result equals exact
 longest-prefix matching within the window.
 
+MaxRetrieval is lifted at an entry for which ``unbounded_at(entry)`` is true: a pruned entry
+whose rematerialization is still queued. Its list has outgrown the pruning threshold, and the
+deeper entries that will split it do not exist yet, so its members tie; reading them all keeps
+the match exact while the background worker catches up.
+
 Only two kinds of call leave compiled code: the routing table's probe/refs lookups (in-memory,
 with the GIL held) and ``read``, the segment store's read of one segment. Filtering, selection
 and verification run with the GIL released.
@@ -67,7 +72,7 @@ cdef class WindowMatcher:
     """The per-window loop of one query ``q`` (block IDs) over a routing table and a segment
     store's ``read(segment_id) -> Segment | None``. Keeps the query's counters."""
 
-    cdef object _probe, _refs, _read
+    cdef object _probe, _refs, _read, _unbounded_at
     cdef cnp.ndarray _q, _offsets
     cdef const uint64_t* q
     cdef Py_ssize_t n, window_blocks, stride, max_retrieval
@@ -78,9 +83,10 @@ cdef class WindowMatcher:
 
     def __init__(self, table, read, q, Py_ssize_t window_blocks, probe_offsets, *,
                  int n_fields=8, int bits=8, Py_ssize_t stride=2, bint filtering=True,
-                 Py_ssize_t max_retrieval=3):
+                 Py_ssize_t max_retrieval=3, unbounded_at=None):
         """``probe_offsets``: routing-point offsets within a window, deepest first;
-        ``max_retrieval`` 0 means unbounded."""
+        ``max_retrieval`` 0 means unbounded; ``unbounded_at(entry)``, if given, says where to
+        lift it."""
         if n_fields < 1 or bits < 1 or bits > 32 or n_fields * bits != 64:
             raise ValueError(f"n_fields * bits must be 64 with bits in 1..32, got "
                              f"n_fields={n_fields}, bits={bits}")
@@ -91,6 +97,7 @@ cdef class WindowMatcher:
         if self._offsets.ndim != 1 or ((self._offsets < 0) | (self._offsets >= window_blocks)).any():
             raise ValueError(f"probe_offsets must lie in [0, {window_blocks})")
         self._probe, self._refs, self._read = table.probe, table.refs, read
+        self._unbounded_at = unbounded_at
         self._q = u64_array(q, "q")
         self.q = u64_data(self._q)
         self.n = cnp.PyArray_DIM(self._q, 0)
@@ -160,6 +167,8 @@ cdef class WindowMatcher:
         cdef const uint64_t* fl = u64_data(filters)
         self.candidates_before += m
         w.total = m if self.max_retrieval == 0 or self.max_retrieval > m else self.max_retrieval
+        if w.total < m and self._unbounded_at is not None and self._unbounded_at(entry):
+            w.total = m
         cdef Selection sel
         cdef uint64_t fq = 0
         cdef Py_ssize_t top, i, length, limit

@@ -104,6 +104,39 @@ def test_pruning_follows_the_preceding_list_size(tmp_path):
         assert index.directory.table.probe(int(k4)) >= 0
 
 
+def test_queued_rematerialization_lifts_max_retrieval_at_its_entry(tmp_path):
+    """While a pruned entry waits for its rematerialization, its members tie (their filters
+    cover only the shared blocks): every one is read, so the oldest is not missed."""
+    threshold = 3
+    index = sarp.open(tmp_path / "i", backend="memory", background=True, refinement=False,
+                      pruning_threshold=threshold, max_retrieval=1, **BASE)
+    try:
+        seqs = [divergent(6, i) for i in range(threshold + 2)]
+        k0, k4 = (int(k) for k in sarp.block_ids(seqs[0], 1)[[0, 4]])
+        for s in seqs[:threshold]:
+            index.insert(tokens=s)
+        index.drain()
+        release = threading.Event()
+        index._worker.submit(lambda: release.wait(30))  # the worker lags behind the inserts
+        index.insert(tokens=seqs[threshold])
+        t = index.directory.table
+        assert t.remat_pending(t.find(k0))
+        index.insert(tokens=seqs[threshold + 1])  # joins the list, waits for the rebuild
+        assert t.find(k4) < 0  # no deeper entry holding only the newest segments
+        got = [index.match(tokens=s) for s in seqs]
+        assert [m.num_blocks for m in got] == [8] * len(seqs)
+        assert got[0].stats["segments_retrieved"] == len(seqs)  # newest first, oldest last
+        release.set()
+        index.drain()
+        assert not t.remat_pending(t.find(k0))
+        assert t.list_len(t.find(k4)) == len(seqs)  # the rematerialization placed them all
+        m = index.match(tokens=seqs[0])
+        assert m.num_blocks == 8 and m.stats["segments_retrieved"] == 1  # routed deeper now
+    finally:
+        release.set()
+        index.close()
+
+
 def test_reader_racing_a_rematerialization_sees_old_or_new_complete_state(tmp_path):
     threshold = 3
     index = sarp.open(tmp_path / "i", backend="memory", background=True, refinement=False,
@@ -216,6 +249,8 @@ class ReferenceDirectory(RoutingDirectory):
             if prev >= 0 and c.pruning and t.list_len(prev) <= c.pruning_threshold:
                 t.set_flags(prev, t.flags(prev) | rt.PRUNED)
                 continue
+            if prev >= 0 and build is None and t.flags(prev) & rt.REMAT:
+                continue  # its queued rematerialization places this segment below it
             if e < 0:
                 e = self._new_entry(key, parent, build)
             segs, filters = t.refs(e)
