@@ -11,7 +11,6 @@ returned that verification did not confirm.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -20,7 +19,7 @@ from sarp.config import Config
 from sarp.routing import RoutingDirectory
 from sarp.segments import SegmentStore
 
-__all__ = ["COUNTERS", "MatchResult", "WindowMatch", "match", "match_window", "matcher"]
+__all__ = ["COUNTERS", "MatchResult", "match", "matcher"]
 
 
 @dataclass
@@ -34,12 +33,6 @@ class MatchResult:
     stats: dict[str, int] = field(default_factory=dict)
 
 
-@dataclass
-class WindowMatch:
-    end: int  # exclusive end of the verified match (== window start when nothing matched)
-    segment: Any  # the decoded segment that verified it, or None
-
-
 def matcher(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: np.ndarray,
             max_retrieval: int) -> WindowMatcher:
     """The per-window matcher of query ``q`` (block IDs); ``max_retrieval`` 0 is unbounded."""
@@ -48,17 +41,6 @@ def matcher(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q:
                          bits=cfg.field_bits, stride=cfg.stride, filtering=cfg.filtering,
                          max_retrieval=max_retrieval,
                          unbounded_at=directory.table.remat_pending)
-
-
-def match_window(cfg: Config, directory: RoutingDirectory, segments: SegmentStore,
-                 q: np.ndarray, ws: int, max_retrieval: int, st: dict[str, int]) -> WindowMatch:
-    """The longest verified match of ``q`` in the window starting at ``ws``; adds the window's
-    counters to ``st``."""
-    m = matcher(cfg, directory, segments, q, max_retrieval)
-    end, seg = m.match(ws)
-    for k, v in m.stats().items():
-        st[k] += v
-    return WindowMatch(end, seg)
 
 
 def match(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: np.ndarray,

@@ -49,18 +49,6 @@ class SegmentStore:
         raw = self.store.get(int(segment_id))
         return None if raw is None else decode_segment(raw)
 
-    def write_new(self, start: int, block_ids: np.ndarray, metadata: np.ndarray):
-        """Store a new segment and return it decoded."""
-        seg, raw = self.encode_new(start, block_ids, metadata)
-        self.store.put(seg.segment_id, raw)
-        return seg
-
-    def extend(self, seg, block_ids: np.ndarray, metadata: np.ndarray):
-        """Rewrite ``seg`` (decoded, verified) with blocks appended: in-place extension."""
-        new, raw = self.encode_extended(seg, block_ids, metadata)
-        self.store.put(seg.segment_id, raw)
-        return new
-
     def encode_new(self, start: int, block_ids: np.ndarray, metadata: np.ndarray):
         """(segment, record) of a new segment under a newly allocated id, not yet stored."""
         return self._encode(self.allocate(), start, block_ids, metadata)

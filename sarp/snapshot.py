@@ -44,20 +44,22 @@ class SnapshotState:
     table_slots: np.ndarray  # uint32: the entry in each hash-table slot, EMPTY_SLOT where empty
 
 
-def _pad8(a: np.ndarray) -> bytes:
-    raw = a.tobytes()
+def _le(a: np.ndarray, dtype: str) -> bytes:
+    """The bytes of ``a`` as ``dtype`` (converted only when it is not that already)."""
+    return a.astype(dtype, copy=False).tobytes()
+
+
+def _pad8(raw: bytes) -> bytes:
     return raw + b"\0" * (-len(raw) % 8)
 
 
 def encode(s: SnapshotState) -> bytes:
     n, r, c = len(s.entry_keys), len(s.ref_segments), len(s.table_slots)
-    slots = s.table_slots.astype("<u4")
     head = HEADER.pack(MAGIC, VERSION, HEADER.size, s.seq, s.config_digest, s.next_segment_id,
                        s.indexed_blocks, n, r, c)
-    body = b"".join((head, s.entry_keys.astype("<u8").tobytes(),
-                     _pad8(s.entry_flags.astype("u1")), _pad8(s.list_lengths.astype("<u4")),
-                     s.ref_segments.astype("<u8").tobytes(), s.ref_filters.astype("<u8").tobytes(),
-                     _pad8(slots)))
+    body = b"".join((head, _le(s.entry_keys, "<u8"), _pad8(_le(s.entry_flags, "u1")),
+                     _pad8(_le(s.list_lengths, "<u4")), _le(s.ref_segments, "<u8"),
+                     _le(s.ref_filters, "<u8"), _pad8(_le(s.table_slots, "<u4"))))
     return body + struct.pack("<Q", xxh64(body))
 
 

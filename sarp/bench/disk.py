@@ -3,10 +3,11 @@ reference for recovery), and dropping files from the page cache so that reads re
 
 from __future__ import annotations
 
-import mmap
 import os
 import time
 from pathlib import Path
+
+from storage_backends.io import aligned_buffer
 
 CHUNK = 1 << 20  # bytes per read (a multiple of any logical block size)
 MIN_BYTES = 8 << 20
@@ -34,7 +35,7 @@ def sequential_read(directory: Path, nbytes: int, repeat: int = 3) -> dict[str, 
 
 def _read_direct(path: Path, size: int) -> tuple[float, int]:
     """(seconds, bytes) of one sequential O_DIRECT read of ``path`` in CHUNK-sized reads."""
-    buf = mmap.mmap(-1, CHUNK)  # page-aligned, as O_DIRECT needs
+    buf = aligned_buffer(CHUNK)
     fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
     try:
         t0 = time.perf_counter()
