@@ -78,7 +78,7 @@ class Index:
                              segments_written=0, segments_extended=0, blocks_written=0,
                              indexed_blocks=0, snapshots=0, backfills=0, rematerializations=0)
         self._counter_lock = threading.Lock()
-        self._matched = MatchedPrefix()
+        self._matched = MatchedPrefix(self.segments.writes)
 
     # -- public API ----------------------------------------------------------------------
     def match(self, tokens: Any = None, *, block_ids: Any = None, namespace: bytes | None = None,
@@ -87,8 +87,9 @@ class Index:
         self._check_open()
         q = self._query_ids(tokens, block_ids, namespace)
         mr = self._max_retrieval(max_retrieval)
-        result = match_path(self.config, self.directory, self.segments, q, mr)
-        self._matched.remember(result.block_ids)
+        stamp = self._matched.stamp()
+        result, tail = match_path(self.config, self.directory, self.segments, q, mr)
+        self._matched.remember(q, result.num_blocks, stamp, tail)
         self._count(matches=1, matched_blocks=result.num_blocks, queried_blocks=len(q),
                     **{f"match_{k}": v for k, v in result.stats.items()})
         return result
@@ -114,9 +115,10 @@ class Index:
             with self._dir_lock:
                 place(seg.segment_id, seg.start, seg.block_ids, events=events)
 
+        known, tail = self._matched.recall(q)
         st = insert_path(self.config, self.directory, self.segments, q, meta,
                          self.config.max_retrieval, on_write, self._window_lock,
-                         known=self._matched.known(q))
+                         known=known, tail=tail)
         if written:
             # After placement: a snapshot taken in between holds the placement, and this
             # record then goes to the snapshot's new journal, whose replay re-places it.

@@ -14,7 +14,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from sarp._core.verify import common_prefix
 from sarp.config import Config
+from sarp.matched_prefix import Tail
 from sarp.matching import COUNTERS, matcher
 from sarp.routing import RoutingDirectory
 from sarp.segments import SegmentStore
@@ -27,12 +29,15 @@ WindowLock = Callable[[int], threading.Lock]
 
 def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: np.ndarray,
            meta: np.ndarray, max_retrieval: int, on_write: OnWrite,
-           window_lock: WindowLock | None = None, known: int = 0) -> dict[str, int]:
+           window_lock: WindowLock | None = None, known: int = 0,
+           tail: Tail | None = None) -> dict[str, int]:
     """Insert block IDs ``q`` with metadata rows ``meta`` (uint8, shape (n, width)).
 
     ``known``: blocks at the start of ``q`` already verified as stored (the prefix this
     thread's last match verified, ``sarp.matched_prefix``). Whole windows inside it are
     stored for good (segments only grow), so they are skipped without a read or a lock.
+    ``tail``: where that match stopped inside the next window; its segment is taken for that
+    window without a read (``_from_tail``).
 
     Written segments are stored in one batch and then passed to ``on_write`` in window order:
     before the next window is matched (so a match sees every earlier window registered), and
@@ -52,9 +57,10 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
     held: list[threading.Lock] = []  # the window lock held now, if any
 
     def store_pending() -> None:
-        segments.put_all([(seg.segment_id, raw) for seg, raw in pending])
-        for seg, _ in pending:
-            on_write(seg)
+        with segments.writes.writing():  # until registered: matches started now see no tail
+            segments.put_all([(seg.segment_id, raw) for seg, raw in pending])
+            for seg, _ in pending:
+                on_write(seg)
         pending.clear()
 
     def release() -> None:
@@ -73,9 +79,13 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
                 if window_lock is not None:
                     held.append(window_lock(int(q[ws])))
                     held[0].acquire()
-                if m is None:
-                    m = matcher(cfg, directory, segments, q, max_retrieval)
-                found_end, stored = m.match(ws)
+                found = _from_tail(tail, q, we) if tail is not None and tail.window == ws \
+                    else None
+                if found is None:
+                    if m is None:
+                        m = matcher(cfg, directory, segments, q, max_retrieval)
+                    found = m.match(ws)
+                found_end, stored = found
             if diverged or stored is None or found_end == ws:
                 pending.append(segments.encode_new(ws, q[ws:we], meta[ws:we]))
                 st["new_blocks"] += we - ws
@@ -106,3 +116,24 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
     if m is not None:
         st.update(m.stats())
     return st
+
+
+def _from_tail(tail: Tail, q: np.ndarray, we: int) -> tuple[int, object] | None:
+    """(end, segment) of the window [tail.window, we) of ``q`` from its thread's last match,
+    or None when the window must be matched again.
+
+    Called under the window's lock: the segment is current if no segment write has begun
+    since the match started. It is verified against ``q`` past the match's end in memory. It
+    is the window's answer when the match ended where the stored blocks diverged from its
+    query (no segment shares more), or when it shares all of ``q`` it can: to the window's end
+    or its own. Otherwise a tied segment might share more of ``q``, so the window is matched.
+    """
+    if not tail.current():
+        return None
+    seg = tail.result
+    stop = min(we, tail.window + seg.block_count)
+    end = tail.end + common_prefix(q, tail.end, seg.block_ids, tail.end - tail.window,
+                                   stop - tail.end)
+    if end < stop and not tail.decided:
+        return None
+    return end, seg

@@ -1,32 +1,115 @@
-"""The prefix a thread's last match verified, so that its next insert need not verify it again.
+"""What a thread's last match verified, so that its next insert need not verify it again.
 
 Serving systems match a request's context, then insert context plus output. Nothing an index
 stores is ever removed, so the blocks a match verified stay stored: an insert of a sequence
 that starts with them may take them as known and begin after them, instead of reading the
-same segments (or per-block entries) a second time. The memory is per thread and per index,
-and only ever holds what that index itself verified.
+same segments (or per-block entries) a second time.
+
+The match also stops somewhere: inside a window, where the query diverges from what is
+stored. What it found there (the design's ``Tail``) is still the answer for that window when
+the insert's sequence starts with the whole matched query and no write has begun since the
+match started (``WriteClock``): then the insert takes it instead of reading the window again.
+
+The memory is per thread and per index, and only ever holds what that index itself verified.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 
-class MatchedPrefix:
-    """Per thread, the block IDs of the last verified match."""
+class WriteClock:
+    """Counts the writes that change what a match can find (begun and ended), so a thread can
+    tell that none began since it took a stamp, and that none was in flight then."""
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._begun = 0
+        self._ended = 0
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """Around a write, from before its first store write until it is registered."""
+        with self._lock:
+            self._begun += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._ended += 1
+
+    def stamp(self) -> int | None:
+        """The writes begun so far, or None while one is in flight (nothing can be relied on)."""
+        with self._lock:
+            return self._begun if self._begun == self._ended else None
+
+    def unchanged(self, stamp: int | None) -> bool:
+        """Whether no write has begun since ``stamp`` was taken."""
+        return stamp is not None and self._begun == stamp
+
+
+@dataclass(frozen=True)
+class Tail:
+    """Where a match stopped inside a window: the window's first block, the verified end, the
+    design's result for that window (for SARP, the segment found there), and whether the match
+    ended before its query did (``decided``: the stored blocks diverge from the query there)."""
+
+    window: int
+    end: int
+    result: Any
+    decided: bool
+    stamp: int | None
+    clock: WriteClock
+
+    def current(self) -> bool:
+        """Whether the result still holds: no write has begun since the match started. Check
+        it where concurrent writers of the window are held off (SARP: under its window lock)."""
+        return self.clock.unchanged(self.stamp)
+
+
+@dataclass(frozen=True)
+class _Last:
+    query: np.ndarray  # a copy of the matched query
+    verified: int  # blocks of it the match verified
+    tail: Tail | None
+
+
+class MatchedPrefix:
+    """Per thread, the last match's query, its verified prefix and where it stopped."""
+
+    def __init__(self, clock: WriteClock | None = None) -> None:
+        self.clock = clock or WriteClock()
         self._local = threading.local()
 
-    def remember(self, ids: np.ndarray) -> None:
-        """Record ``ids``, the block IDs a match of this thread just verified as stored."""
-        self._local.ids = ids
+    def stamp(self) -> int | None:
+        """Take before a match reads anything; pass to ``remember``."""
+        return self.clock.stamp()
 
-    def known(self, q: np.ndarray) -> int:
-        """How many leading blocks of ``q`` this thread's last match verified as stored."""
-        ids = getattr(self._local, "ids", None)
-        if ids is None or len(ids) == 0 or len(ids) > len(q):
-            return 0
-        return len(ids) if np.array_equal(q[:len(ids)], ids) else 0
+    def remember(self, q: np.ndarray, verified: int, stamp: int | None = None,
+                 tail: tuple[int, int, Any] | None = None) -> None:
+        """Record a match of ``q`` that verified its first ``verified`` blocks and, if ``tail``
+        (window, end, result) is given, stopped at ``end`` inside that window. ``stamp``: taken
+        before the match began; None (a write was in flight) keeps no tail."""
+        t = None
+        if tail is not None and stamp is not None:
+            t = Tail(*tail, tail[1] < len(q), stamp, self.clock)
+        self._local.last = _Last(q.copy(), verified, t)
+
+    def recall(self, q: np.ndarray) -> tuple[int, Tail | None]:
+        """(leading blocks of ``q`` this thread's last match verified, its tail if ``q`` starts
+        with the whole matched query, else None)."""
+        last = getattr(self._local, "last", None)
+        if last is None:
+            return 0, None
+        m, v = last.query, last.verified
+        if last.tail is not None and len(m) <= len(q) and np.array_equal(q[:len(m)], m):
+            return v, last.tail
+        if v and v <= len(q) and np.array_equal(q[:v], m[:v]):
+            return v, None
+        return 0, None

@@ -11,6 +11,7 @@ returned that verification did not confirm.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -44,22 +45,29 @@ def matcher(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q:
 
 
 def match(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: np.ndarray,
-          max_retrieval: int) -> MatchResult:
-    """Match ``q`` window by window while each window matches to its end."""
+          max_retrieval: int) -> tuple[MatchResult, tuple[int, int, Any] | None]:
+    """Match ``q`` window by window while each window matches to its end.
+
+    Returns the result and, when the match stopped inside a window on a stored segment (where
+    it diverges from ``q``, or at the end of ``q``), that window's (start, verified end,
+    segment): the tail an insert may reuse (``sarp.matched_prefix``).
+    """
     m = matcher(cfg, directory, segments, q, max_retrieval)
     n = len(q)
     pos = 0
     parts = []
+    tail = None
     while pos < n:
         end, seg = m.match(pos)
         if seg is None or end == pos:
             break
         parts.append(seg.metadata[: end - pos])
-        full = end == pos + cfg.segment_blocks
-        pos = end
-        if not full:
+        if end < pos + cfg.segment_blocks:
+            tail = (pos, end, seg)
+            pos = end
             break
+        pos = end
     dtype = cfg.metadata_dtype
     meta = (np.concatenate(parts) if parts else np.zeros((0, cfg.meta_width), np.uint8))
     metadata = np.ascontiguousarray(meta).view(dtype).reshape(-1)
-    return MatchResult(pos, pos * cfg.block_size, q[:pos].copy(), metadata, m.stats())
+    return MatchResult(pos, pos * cfg.block_size, q[:pos].copy(), metadata, m.stats()), tail

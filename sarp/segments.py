@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sarp._core.segment_codec import decode_segment, encode_segment
+from sarp.matched_prefix import WriteClock
 
 if TYPE_CHECKING:
     from storage_backends import RecordStore
@@ -27,6 +28,8 @@ class SegmentStore:
         self.meta_width = meta_width
         self._next_id = next_id
         self._alloc_lock = threading.Lock()
+        #: segment writes, begun and registered (see ``sarp.matched_prefix``)
+        self.writes = WriteClock()
 
     @property
     def next_id(self) -> int:

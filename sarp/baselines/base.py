@@ -20,7 +20,7 @@ import numpy as np
 from sarp.baselines.settings import Settings, resolve
 from sarp.block_ids import as_block_ids
 from sarp.errors import IndexClosedError
-from sarp.matched_prefix import MatchedPrefix
+from sarp.matched_prefix import MatchedPrefix, Tail
 from sarp.matching import MatchResult
 from storage_backends import RecordStore, open_store
 
@@ -28,6 +28,8 @@ STORE_DIR = "store"
 RECOVERY_STAGES = ("snapshot_load_s", "deserialize_s", "rebuild_s", "bytes_read")
 
 T = TypeVar("T", bound="BaselineIndex")
+#: what a design's match returns: metadata bytes, counters, and where it stopped (or None)
+Matched = tuple[bytes, dict[str, int], tuple[int, int, Any] | None]
 
 
 class BaselineIndex(ABC):
@@ -85,7 +87,11 @@ class BaselineIndex(ABC):
         rows = self._check_metadata(metadata, len(q))
         with self._lock:
             self._check_open()
-            st = self._insert(q, rows, self._matched.known(q))
+            known, tail = self._matched.recall(q)
+            if tail is not None and not tail.current():  # checked under the insert lock
+                tail = None
+            with self._matched.clock.writing():
+                st = self._insert(q, rows, known, tail)
             self._account("inserts", st)
         return st
 
@@ -95,13 +101,13 @@ class BaselineIndex(ABC):
         q = as_block_ids(block_ids)
         with self._lock if self.serial_match else contextlib.nullcontext():
             self._check_open()
-            meta, st = self._match(q)
+            stamp = self._matched.stamp()
+            meta, st, tail = self._match(q)
             self._account("matches", st)
         n = len(meta) // self.settings.meta_width
         rows = np.frombuffer(meta, dtype=self.settings.metadata_dtype, count=n).copy()
-        matched = q[:n].copy()
-        self._matched.remember(matched)
-        return MatchResult(n, n * self.settings.block_size, matched, rows, st)
+        self._matched.remember(q, n, stamp, tail)
+        return MatchResult(n, n * self.settings.block_size, q[:n].copy(), rows, st)
 
     def snapshot(self) -> dict[str, Any]:
         """Make the current state durable; returns bytes written and seconds taken."""
@@ -145,14 +151,17 @@ class BaselineIndex(ABC):
 
     # -- what designs implement -----------------------------------------------------------------
     @abstractmethod
-    def _match(self, q: np.ndarray) -> tuple[bytes, dict[str, int]]:
-        """(metadata bytes of the matched prefix, counters with ``store_reads``)."""
+    def _match(self, q: np.ndarray) -> Matched:
+        """(metadata bytes of the matched prefix, counters with ``store_reads``, and the
+        window where the match stopped as (start, end, result), or None)."""
 
     @abstractmethod
-    def _insert(self, q: np.ndarray, rows: np.ndarray, known: int) -> dict[str, int]:
+    def _insert(self, q: np.ndarray, rows: np.ndarray, known: int,
+                tail: Tail | None) -> dict[str, int]:
         """Index ``q`` with metadata ``rows`` ((n, width) uint8); returns counters. The first
-        ``known`` blocks were verified as stored by this thread's last match
-        (``sarp.matched_prefix``); a design may skip them."""
+        ``known`` blocks were verified as stored by this thread's last match, and ``tail`` (if
+        not None) is still what that match found where it stopped (``sarp.matched_prefix``);
+        a design may skip them."""
 
     @abstractmethod
     def _entries(self) -> int | None:
@@ -235,6 +244,24 @@ def probe_blocks(get: Callable[[int], bytes | None], ids: Sequence[int]) -> tupl
             return found, len(found) + 1
         found.append(value)
     return found, len(found)
+
+
+def match_blocks(get: Callable[[int], bytes | None], q: np.ndarray,
+                 counter: str) -> Matched:
+    """A block-hash match: probe until the first miss; its tail is the missing block."""
+    found, probes = probe_blocks(get, q.tolist())
+    n = len(found)
+    return b"".join(found), {counter: probes}, (n, n, None) if n < len(q) else None
+
+
+def stored_prefix(get: Callable[[int], bytes | None], ids: list[int], known: int,
+                  tail: Tail | None) -> tuple[int, int]:
+    """A block-hash insert's probe: (stored prefix, probes), probing from the first block past
+    the verified prefix, or not at all when the match's miss there still holds."""
+    if tail is not None and tail.window == known:
+        return known, 0
+    found, probes = probe_blocks(get, ids[known:])
+    return known + len(found), probes
 
 
 def split_rows(rows: np.ndarray) -> list[bytes]:

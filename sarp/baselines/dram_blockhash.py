@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from sarp.baselines.base import BaselineIndex, probe_blocks, split_rows
+from sarp.baselines.base import BaselineIndex, Matched, match_blocks, split_rows, stored_prefix
 from sarp.baselines.sealed import Cursor, seal, unseal, write_atomic
 from sarp.errors import BadLengthError
+from sarp.matched_prefix import Tail
 
 SNAPSHOT_FILE = "blockhash.snap"
 MAGIC = b"SARPBHS\0"
@@ -54,14 +55,13 @@ class DRAMBlockHash(BaselineIndex):
         return {"snapshot_load_s": t1 - t0, "deserialize_s": t2 - t1, "rebuild_s": t3 - t2,
                 "bytes_read": len(raw)}
 
-    def _match(self, q: np.ndarray) -> tuple[bytes, dict[str, int]]:
-        found, probes = probe_blocks(self._table.get, q.tolist())
-        return b"".join(found), {"probes": probes}
+    def _match(self, q: np.ndarray) -> Matched:
+        return match_blocks(self._table.get, q, "probes")
 
-    def _insert(self, q: np.ndarray, rows: np.ndarray, known: int) -> dict[str, int]:
+    def _insert(self, q: np.ndarray, rows: np.ndarray, known: int,
+                tail: Tail | None) -> dict[str, int]:
         ids = q.tolist()
-        found, probes = probe_blocks(self._table.get, ids[known:])
-        m = known + len(found)
+        m, probes = stored_prefix(self._table.get, ids, known, tail)
         self._table.update(zip(ids[m:], split_rows(rows[m:]), strict=True))
         return {"probes": probes, "blocks_written": len(ids) - m}
 

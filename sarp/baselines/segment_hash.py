@@ -15,8 +15,10 @@ before it counts, so a colliding key never yields a false match. Matching contin
 next window only when a window matched to its end.
 
 An insert first runs the same descent (these are the fallback and verification reads the
-paper mentions), then writes, in one ``put_many``, the segments that end past the matched
-prefix; their blocks inside the stored prefix take the stored metadata (first writer wins).
+paper mentions; windows its thread's match verified are skipped, and the window where that
+match stopped takes the match's descent if no insert has begun since), then writes, in one
+``put_many``, the segments that end past the matched prefix; their blocks inside the stored
+prefix take the stored metadata (first writer wins).
 Each block is stored about log2(S) / 2 + 1 times: the space cost of this design.
 """
 
@@ -29,8 +31,9 @@ import numpy as np
 from sarp._core.hashing import xxh64
 from sarp._core.segment_codec import decode_segment, encode_segment
 from sarp._core.verify import common_prefix
-from sarp.baselines.base import BaselineIndex
+from sarp.baselines.base import BaselineIndex, Matched
 from sarp.baselines.settings import Settings
+from sarp.matched_prefix import Tail
 
 
 def segment_key(end_id: int, size: int) -> int:
@@ -77,25 +80,34 @@ class SegmentHash(BaselineIndex):
             k //= 2
         return pos, parts
 
-    def _match(self, q: np.ndarray) -> tuple[bytes, dict[str, int]]:
+    def _match(self, q: np.ndarray) -> Matched:
         st = {"store_reads": 0, "fallback_reads": 0}
         S = self.settings.segment_blocks
         out = []
+        tail = None
         for ws in range(0, len(q), S):
             end, parts = self._descend(q, ws, st)
             out.extend(p.tobytes() for p in parts)
             if end < ws + S:
+                # a window shorter than S is descended at other sizes by a longer query
+                tail = (ws, end, parts) if ws + S <= len(q) else None
                 break
-        return b"".join(out), st
+        return b"".join(out), st, tail
 
-    def _insert(self, q: np.ndarray, rows: np.ndarray, known: int) -> dict[str, int]:
+    def _insert(self, q: np.ndarray, rows: np.ndarray, known: int,
+                tail: Tail | None) -> dict[str, int]:
         st = {"store_reads": 0, "fallback_reads": 0}
         S, width = self.settings.segment_blocks, self.settings.meta_width
         pairs = []
         diverged = False
         for ws in range(known // S * S, len(q), S):  # whole known windows are stored
             we = min(ws + S, len(q))
-            end, parts = (ws, []) if diverged else self._descend(q, ws, st)
+            if diverged:
+                end, parts = ws, []
+            elif tail is not None and tail.window == ws:  # the match's descent still holds
+                end, parts = tail.end, tail.result
+            else:
+                end, parts = self._descend(q, ws, st)
             if end == we:
                 continue
             diverged = True

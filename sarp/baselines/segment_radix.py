@@ -27,7 +27,7 @@ import numpy as np
 
 from sarp._core.segment_codec import decode_segment, encode_segment
 from sarp._core.verify import common_prefix
-from sarp.baselines.base import BaselineIndex
+from sarp.baselines.base import BaselineIndex, Matched
 from sarp.baselines.radix_nodes import (
     ROOT,
     Node,
@@ -37,6 +37,7 @@ from sarp.baselines.radix_nodes import (
     encode_nodes,
 )
 from sarp.baselines.sealed import Cursor, seal, unseal, write_atomic
+from sarp.matched_prefix import Tail
 from storage_backends import RecordStore
 
 SNAPSHOT_FILE = "radix.snap"
@@ -95,12 +96,12 @@ class SegmentRadix(BaselineIndex):
                 break
         return path
 
-    def _match(self, q: np.ndarray) -> tuple[bytes, dict[str, int]]:
+    def _match(self, q: np.ndarray) -> Matched:
         st = {"store_reads": 0, "store_writes": 0, "segment_reads": 0}
         path = self._walk(q, st)
         meta = self._read_metadata(q, path, st)
         self._tree.enforce_cap(st)
-        return meta, st
+        return meta, st, None
 
     def _read_metadata(self, q: np.ndarray, path: TreePath, st: dict[str, int]) -> bytes:
         """Metadata of the matched path's blocks, from its segments, verified against ``q``."""
@@ -127,8 +128,9 @@ class SegmentRadix(BaselineIndex):
                 break
         return b"".join(out)
 
-    def _insert(self, q: np.ndarray, rows: np.ndarray, known: int) -> dict[str, int]:
-        # ``known`` is not used: the walk must reach the leaf's parent anyway.
+    def _insert(self, q: np.ndarray, rows: np.ndarray, known: int,
+                tail: Tail | None) -> dict[str, int]:
+        # ``known`` and ``tail`` are not used: the walk must reach the leaf's parent anyway.
         st = {"store_reads": 0, "store_writes": 0, "segments_written": 0}
         path = self._walk(q, st)
         m = sum(k for _, k in path)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sarp.baselines.base import BaselineIndex, probe_blocks, split_rows
+from sarp.baselines.base import BaselineIndex, Matched, match_blocks, split_rows, stored_prefix
+from sarp.matched_prefix import Tail
 
 
 class SSDBlockHash(BaselineIndex):
@@ -18,14 +19,13 @@ class SSDBlockHash(BaselineIndex):
 
     design = "ssd_blockhash"
 
-    def _match(self, q: np.ndarray) -> tuple[bytes, dict[str, int]]:
-        found, probes = probe_blocks(self.store.get, q.tolist())
-        return b"".join(found), {"store_reads": probes}
+    def _match(self, q: np.ndarray) -> Matched:
+        return match_blocks(self.store.get, q, "store_reads")
 
-    def _insert(self, q: np.ndarray, rows: np.ndarray, known: int) -> dict[str, int]:
+    def _insert(self, q: np.ndarray, rows: np.ndarray, known: int,
+                tail: Tail | None) -> dict[str, int]:
         ids = q.tolist()
-        found, probes = probe_blocks(self.store.get, ids[known:])
-        m = known + len(found)
+        m, probes = stored_prefix(self.store.get, ids, known, tail)
         self.store.put_many(zip(ids[m:], split_rows(rows[m:]), strict=True))
         return {"store_reads": probes, "store_writes": len(ids) - m}
 

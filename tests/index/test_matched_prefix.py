@@ -17,21 +17,47 @@ def _ids(n: int, start: int = 1) -> np.ndarray:
     return np.arange(start, start + n, dtype=np.uint64)
 
 
-def test_known_is_the_remembered_prefix_of_the_same_thread_only():
+def test_recall_is_the_remembered_prefix_of_the_same_thread_only():
     mp = MatchedPrefix()
     q = _ids(100)
-    assert mp.known(q) == 0
-    mp.remember(q[:70])
-    assert mp.known(q) == 70
-    assert mp.known(q[:69]) == 0  # shorter than what was verified
+    assert mp.recall(q) == (0, None)
+    mp.remember(q[:80], 70)
+    assert mp.recall(q) == (70, None)  # no tail given
+    assert mp.recall(q[:69]) == (0, None)  # shorter than what was verified
     other = q.copy()
     other[10] = 999_999
-    assert mp.known(other) == 0  # not a prefix
+    assert mp.recall(other) == (0, None)  # not a prefix
     seen = []
-    t = threading.Thread(target=lambda: seen.append(mp.known(q)))
+    t = threading.Thread(target=lambda: seen.append(mp.recall(q)))
     t.start()
     t.join()
-    assert seen == [0]
+    assert seen == [(0, None)]
+
+
+def test_tail_needs_the_whole_matched_query_and_no_write_since_the_stamp():
+    mp = MatchedPrefix()
+    q = _ids(100)
+    stamp = mp.stamp()
+    mp.remember(q[:80], 70, stamp, (64, 70, "found"))
+    known, tail = mp.recall(q)
+    assert known == 70 and tail is not None
+    assert (tail.window, tail.end, tail.result) == (64, 70, "found") and tail.current()
+    assert tail.decided  # the match ended before its query did
+    diverges_after_end = q.copy()
+    diverges_after_end[75] = 999_999  # agrees with the verified 70 blocks, not with all 80
+    assert mp.recall(diverges_after_end) == (70, None)
+    with mp.clock.writing():
+        assert mp.stamp() is None  # a write in flight: nothing a match reads now is relied on
+        assert not tail.current()
+    assert not tail.current()  # a write began after the stamp
+    mp.remember(q[:80], 70, None, (64, 70, "found"))
+    assert mp.recall(q) == (70, None)  # matched while a write was in flight
+    mp.remember(q[:70], 70, mp.stamp(), (64, 70, "found"))
+    assert not mp.recall(q)[1].decided  # it reached its query's end: q may go on in the segment
+
+
+def _store_reads(index) -> int:
+    return index.stats()["store"]["logical_reads"]
 
 
 def test_insert_after_match_reads_only_the_windows_past_the_verified_prefix(tmp_path: Path):
@@ -41,14 +67,60 @@ def test_insert_after_match_reads_only_the_windows_past_the_verified_prefix(tmp_
         longer = np.concatenate((first, _ids(100, start=10_000)))
         m = index.match(block_ids=longer)
         assert m.num_blocks == 200
+        before = _store_reads(index)
         st = index.insert(block_ids=longer)
-        assert st["windows"] == 2  # windows at 192 and 256; 0, 64 and 128 were verified
+        # windows 0, 64 and 128 were verified; the match stopped at 200 in window 192 on a
+        # segment it had read, which the insert extends without reading it again; window 256
+        # has no candidate
+        assert st["windows"] == 1 and st["segments_extended"] == 1
+        assert _store_reads(index) == before
         assert index.match(block_ids=longer).num_blocks == 300
         # no match before: every window is matched again
         third = np.concatenate((longer, _ids(10, start=50_000)))
         index.match(block_ids=_ids(5, start=70_000))
         assert index.insert(block_ids=third)["windows"] == 5
         assert index.match(block_ids=third).num_blocks == 310
+
+
+def test_a_tail_at_the_end_of_the_query_is_verified_further_or_matched_again(tmp_path: Path):
+    with sarp.open(tmp_path / "i", backend="memory", background=False) as index:
+        first = _ids(200)
+        index.insert(block_ids=first)
+        # the context ends at 180, inside the segment of window 128 (blocks 128-191)
+        assert index.match(block_ids=first[:180]).num_blocks == 180
+        st = index.insert(block_ids=first)
+        assert st["windows"] == 1  # window 128 holds q to its end (in memory); 192 matched
+        assert st["segments_written"] == 0
+        # q diverges inside that segment: another segment might share more, so match again
+        assert index.match(block_ids=first[:180]).num_blocks == 180
+        forked = np.concatenate((first[:180], _ids(40, start=40_000)))
+        st = index.insert(block_ids=forked)
+        # window 128 matched again, then a copy of its shared prefix; window 192 is new
+        assert st["windows"] == 1 and st["segments_written"] == 2
+        assert index.match(block_ids=forked).num_blocks == 220
+        assert index.match(block_ids=first).num_blocks == 200
+
+
+def test_a_write_after_the_match_makes_the_insert_read_the_window_again(tmp_path: Path):
+    """The match stops on segment X (blocks 192-199). Another insert then extends X in place
+    with a different continuation. The first sequence's insert must see the extended X and
+    copy its shared prefix; extending its stale copy of X would overwrite the other insert."""
+    with sarp.open(tmp_path / "i", backend="memory", background=False) as index:
+        meta = np.zeros(300, sarp.DEFAULT_METADATA_DTYPE)
+        meta["address"] = np.arange(300)
+        first = _ids(200)
+        index.insert(block_ids=first, metadata=meta[:200])
+        longer = np.concatenate((first, _ids(100, start=10_000)))
+        other = np.concatenate((first, _ids(100, start=20_000)))
+        assert index.match(block_ids=longer).num_blocks == 200
+        index.insert(block_ids=other, metadata=meta)
+        st = index.insert(block_ids=longer, metadata=meta)
+        assert st["windows"] == 1  # window 192 matched again (then diverged)
+        assert st["segments_extended"] == 0
+        for seq in (other, longer):
+            got = index.match(block_ids=seq)
+            assert got.num_blocks == 300
+            assert np.array_equal(got.metadata["address"], np.arange(300))
 
 
 @pytest.mark.parametrize("design", ["ssd_blockhash", "segment_hash", "dram_blockhash"])
@@ -62,12 +134,19 @@ def test_baselines_skip_the_verified_prefix_and_store_the_rest(tmp_path: Path, d
         longer = np.concatenate((first, _ids(100, start=10_000)))
         assert index.match(longer).num_blocks == 200
         st = index.insert(longer, meta)
-        # the block-hash designs probe from block 200 (one miss); Segment-Hash descends
-        # window 192 only, at sizes 64, 32, ..., 1
+        # the match's miss at block 200 (Segment-Hash: its descent of window 192) still holds
         reads = st["probes"] if design == "dram_blockhash" else st["store_reads"]
-        assert reads <= (7 if design == "segment_hash" else 1)
+        assert reads == 0
         got = index.match(longer)
         assert got.num_blocks == 300
         assert np.array_equal(got.metadata["address"], np.arange(300))
+        # a write after the match: the insert probes (descends) again, and stores the rest
+        third = np.concatenate((first, _ids(100, start=20_000)))
+        assert index.match(third).num_blocks == 200
+        index.insert(np.concatenate((first, _ids(50, start=30_000))), meta[:250])
+        st = index.insert(third, meta)
+        reads = st["probes"] if design == "dram_blockhash" else st["store_reads"]
+        assert reads >= 1
+        assert np.array_equal(index.match(third).metadata["address"], np.arange(300))
     finally:
         index.close()
