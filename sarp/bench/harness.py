@@ -2,7 +2,8 @@
 
 Per workload: the exact oracle first (the reference for hit-rate loss), the DRAM-only designs
 once, then every SSD-backed design on every backend with direct I/O and the memory budget of
-``store_budget``. SARP runs before Segment-Radix (capped) so that the cap can be SARP's routing
+``store_budget``, their repetitions interleaved (repetition r of every design before repetition
+r + 1 of any). SARP runs before Segment-Radix (capped) so that the cap can be SARP's routing
 bytes on the same workload. Then the MaxRetrieval sweep and the thread-scaling table.
 """
 
@@ -23,7 +24,7 @@ from sarp.bench import metrics
 from sarp.bench.backends import unavailable
 from sarp.bench.catalog import load_workload
 from sarp.bench.designs import BREAKDOWN, DESIGNS, Setup
-from sarp.bench.measure import measure
+from sarp.bench.measure import combine, measure_once
 from sarp.bench.progress import Progress
 from sarp.bench.recovery_bench import RECOVERY_DESIGNS, recovery
 from sarp.bench.replay import Prepared, Trace, prepare, replay, store_budget
@@ -118,33 +119,53 @@ def _workload_rows(opts: RunOptions, p: Prepared, backends: list[str], work: Pat
     wanted = [d for d in opts.designs if d not in BREAKDOWN
               or opts.breakdown_workloads is None or p.name in opts.breakdown_workloads]
 
-    def one(name: str, setup: Setup, exact: Trace | None) -> dict[str, Any]:
-        try:
-            m = measure(DESIGNS[name], setup, p, repeat=opts.repeat, workdir=work, exact=exact,
-                        time_limit=opts.time_limit, progress=progress)
-            row, trace = m.row, m.trace
-        except Exception as exc:  # a design that fails on a backend gets an n/a row
-            if name == "exact":
-                raise
-            row, trace = metrics.failed_row(p.name, name, setup.backend, exc), None
-        results["rows"].append(row)
-        progress.note(_summary(row))
-        return {"row": row, "trace": trace}
+    def rows(names: list[str], backend: str, exact: Trace | None) -> dict[str, Trace | None]:
+        """The rows of ``names`` on ``backend``, repetitions interleaved: repetition r of every
+        design runs before repetition r + 1 of any, so a noisy spell of the machine falls on
+        all of them alike and the ratios compare runs made side by side. A design that fails
+        gets an n/a row."""
+        reps: dict[str, list] = {n: [] for n in names}
+        failed: dict[str, dict[str, Any]] = {}
+        cap = None
+        for rep in range(opts.repeat):
+            for name in names:
+                if name in failed:
+                    continue
+                if name == "segment-radix-capped":
+                    cap = cap or _sarp_routing_bytes(opts, p, work)
+                    results["meta"]["radix_caps"][f"{p.name} {backend}"] = cap
+                setup = _setup(opts, p, backend, cap)
+                try:
+                    reps[name].append(measure_once(
+                        DESIGNS[name], setup, p, rep=rep, workdir=work, exact=exact,
+                        time_limit=opts.time_limit, progress=progress))
+                except Exception as exc:
+                    if name == "exact":
+                        raise
+                    failed[name] = metrics.failed_row(p.name, name, backend, exc)
+                    continue
+                row = reps[name][-1][0]
+                if name == "sarp" and cap is None and row["routing_bytes"] is not None:
+                    cap = int(row["routing_bytes"])  # the cap of Segment-Radix (capped)
+        traces: dict[str, Trace | None] = {}
+        for name in names:
+            if name in failed:
+                row, traces[name] = failed[name], None
+            else:
+                m = combine(reps[name])
+                row, traces[name] = m.row, m.trace
+            results["rows"].append(row)
+            progress.note(_summary(row))
+        return traces
 
-    exact = one("exact", _setup(opts, p, "memory"), None)["trace"]
-    for name in wanted:
-        if not DESIGNS[name].ssd and name != "exact":
-            one(name, _setup(opts, p, "memory"), exact)
+    exact = rows(["exact"], "memory", None)["exact"]
+    assert exact is not None
+    dram = [d for d in wanted if not DESIGNS[d].ssd and d != "exact"]
+    if dram:
+        rows(dram, "memory", exact)
     ssd = sorted((d for d in wanted if DESIGNS[d].ssd), key=lambda d: d == "segment-radix-capped")
     for backend in backends:
-        cap = None
-        for name in ssd:
-            if name == "segment-radix-capped":
-                cap = cap or _sarp_routing_bytes(opts, p, work)
-                results["meta"]["radix_caps"][f"{p.name} {backend}"] = cap
-            row = one(name, _setup(opts, p, backend, cap), exact)["row"]
-            if name == "sarp" and row["routing_bytes"] is not None:
-                cap = int(row["routing_bytes"])
+        rows(ssd, backend, exact)
     return exact
 
 

@@ -1,4 +1,5 @@
-"""Measuring one (workload, design, backend) row: replay, snapshot, close, reopen, repeated."""
+"""Measuring one (workload, design, backend) row: replay, snapshot, close, reopen; the
+repetitions of a row are combined by ``combine`` (the harness interleaves them across designs)."""
 
 from __future__ import annotations
 
@@ -28,37 +29,38 @@ def dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def measure(design: Design, setup: Setup, p: Prepared, *, repeat: int, workdir: Path,
-            exact: Trace | None, time_limit: float | None, progress: Progress) -> Measured:
-    """Replay ``p`` on a fresh index ``repeat`` times; the row holds the medians."""
+def measure_once(design: Design, setup: Setup, p: Prepared, *, rep: int, workdir: Path,
+                 exact: Trace | None, time_limit: float | None,
+                 progress: Progress) -> tuple[dict[str, Any], Trace]:
+    """One repetition: replay ``p`` on a fresh index, snapshot, close, reopen."""
     backend = setup.backend if design.ssd else DRAM_BACKEND
-    reps, first = [], None
-    for rep in range(repeat):
-        path = workdir / f"{design.name}-{setup.backend}-{rep}"
-        shutil.rmtree(path, ignore_errors=True)
-        index = design.open(path, setup)
-        try:
-            with progress.bar(len(p.contexts), f"{p.name} {design.name} {backend}") as tick:
-                trace = replay(index, p, time_limit, tick)
-            stats = index.stats()
-            snap = index.snapshot()
-        finally:
-            index.close()
-        row = metrics.new_row(p.name, design.name, backend)
-        row.update(memory_budget=setup.memory_budget if design.ssd else None,
-                   unique_blocks=p.unique_blocks, truncated=trace.completed < len(p.contexts))
-        if design.name == "segment-radix-capped":
-            row["radix_cap"] = setup.radix_cap
-        metrics.timing(row, trace)
-        metrics.hit_rate(row, trace, p, exact if design.name != "exact" else trace)
-        metrics.reads(row, design.name, trace)
-        metrics.state(row, design.name, stats, p)
-        _persistence(row, design, setup, path, snap)
-        shutil.rmtree(path, ignore_errors=True)
-        reps.append(row)
-        first = first or trace
-    assert first is not None
-    return Measured(metrics.median_row(reps), first)
+    path = workdir / f"{design.name}-{setup.backend}-{rep}"
+    shutil.rmtree(path, ignore_errors=True)
+    index = design.open(path, setup)
+    try:
+        with progress.bar(len(p.contexts), f"{p.name} {design.name} {backend}") as tick:
+            trace = replay(index, p, time_limit, tick)
+        stats = index.stats()
+        snap = index.snapshot()
+    finally:
+        index.close()
+    row = metrics.new_row(p.name, design.name, backend)
+    row.update(memory_budget=setup.memory_budget if design.ssd else None,
+               unique_blocks=p.unique_blocks, truncated=trace.completed < len(p.contexts))
+    if design.name == "segment-radix-capped":
+        row["radix_cap"] = setup.radix_cap
+    metrics.timing(row, trace)
+    metrics.hit_rate(row, trace, p, exact if design.name != "exact" else trace)
+    metrics.reads(row, design.name, trace)
+    metrics.state(row, design.name, stats, p)
+    _persistence(row, design, setup, path, snap)
+    shutil.rmtree(path, ignore_errors=True)
+    return row, trace
+
+
+def combine(reps: list[tuple[dict[str, Any], Trace]]) -> Measured:
+    """The repetitions of one row: the medians, and the first repetition's trace."""
+    return Measured(metrics.median_row([r for r, _ in reps]), reps[0][1])
 
 
 def _persistence(row: dict[str, Any], design: Design, setup: Setup, path: Path,

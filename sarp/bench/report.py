@@ -104,7 +104,8 @@ def _header(meta: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
         lines += [
             f"- started {meta.get('started')}, {fmt(meta.get('seconds'))} s, "
             f"{'`--quick`' if o.get('quick') else 'full run'}; {o.get('repeat')} repetition(s) "
-            "per row, medians reported", f"- scale {o.get('scale')}, seed {o.get('seed')}, "
+            "per row, interleaved across the designs of a backend (repetition r of each before "
+            "r + 1 of any), medians reported", f"- scale {o.get('scale')}, seed {o.get('seed')}, "
             f"durability `{o.get('durability')}`, Python {meta.get('python')}, "
             f"{meta.get('cpus')} CPUs", f"- time limit per replay: "
             f"{fmt(o.get('time_limit'))} s; cut short: {', '.join(truncated) or 'none'}",

@@ -103,3 +103,33 @@ def test_missing_redis_is_reported_not_fatal(tmp_path, monkeypatch):
                                       Progress(False))
     assert section["rows"] == []
     assert any("redis-server not found" in n for n in section["notes"])
+
+
+def test_repetitions_interleave_across_designs_and_a_failure_is_an_na_row(tmp_path, monkeypatch):
+    from sarp.bench import harness, measure
+
+    calls = []
+
+    def recording(design, setup, p, *, rep, **kw):
+        calls.append((rep, design.name))
+        if design.name == "segment-hash" and rep == 1:
+            raise RuntimeError("engine gave up")
+        return measure.measure_once(design, setup, p, rep=rep, **kw)
+
+    monkeypatch.setattr(harness, "measure_once", recording)
+    designs = ["sarp", "segment-hash", "segment-radix-capped"]
+    opts = RunOptions(workloads=[WORKLOAD], designs=designs, backends=["memory"], scale=0.05,
+                      repeat=3, threads=[], sweep=[])
+    res = run(opts, tmp_path, Progress(False))
+    ssd = [c for c in calls if c[1] != "exact"]
+    assert ssd == [(0, "sarp"), (0, "segment-hash"), (0, "segment-radix-capped"),
+                   (1, "sarp"), (1, "segment-hash"), (1, "segment-radix-capped"),
+                   (2, "sarp"), (2, "segment-radix-capped")]
+    rows = {r["design"]: r for r in res["rows"]}
+    assert rows["segment-hash"]["error"] and "engine gave up" in rows["segment-hash"]["error"]
+    assert rows["sarp"]["repeats"] == 3 and rows["segment-radix-capped"]["repeats"] == 3
+    # the cap is SARP's routing bytes in its first repetition (background timing may move
+    # the median by a few superseded list versions)
+    cap = rows["segment-radix-capped"]["radix_cap"]
+    assert cap == res["meta"]["radix_caps"][f"{WORKLOAD} memory"]
+    assert abs(cap - rows["sarp"]["routing_bytes"]) <= 0.1 * cap
