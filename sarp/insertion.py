@@ -79,11 +79,12 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
                 if window_lock is not None:
                     held.append(window_lock(int(q[ws])))
                     held[0].acquire()
-                found = _from_tail(tail, q, we) if tail is not None and tail.window == ws \
-                    else None
+                current = tail is not None and tail.window == ws and tail.current()
+                found = _from_tail(tail, q, we) if current else None
                 if found is None:
                     if m is None:
-                        m = matcher(cfg, directory, segments, q, max_retrieval)
+                        read = _tail_read(tail, segments) if current else None
+                        m = matcher(cfg, directory, segments, q, max_retrieval, read)
                     found = m.match(ws)
                 found_end, stored = found
             if diverged or stored is None or found_end == ws:
@@ -122,14 +123,13 @@ def _from_tail(tail: Tail, q: np.ndarray, we: int) -> tuple[int, object] | None:
     """(end, segment) of the window [tail.window, we) of ``q`` from its thread's last match,
     or None when the window must be matched again.
 
-    Called under the window's lock: the segment is current if no segment write has begun
-    since the match started. It is verified against ``q`` past the match's end in memory. It
-    is the window's answer when the match ended where the stored blocks diverged from its
-    query (no segment shares more), or when it shares all of ``q`` it can: to the window's end
-    or its own. Otherwise a tied segment might share more of ``q``, so the window is matched.
+    Called under the window's lock once ``tail.current()`` holds: no segment write has begun
+    since the match started, so its segment is current. It is verified against ``q`` past the
+    match's end in memory. It is the window's answer when the match ended where the stored
+    blocks diverged from its query (no segment shares more), or when it shares all of ``q`` it
+    can: to the window's end or its own. Otherwise a tied segment might share more of ``q``,
+    so the window is matched again (``_tail_read``).
     """
-    if not tail.current():
-        return None
     seg = tail.result
     stop = min(we, tail.window + seg.block_count)
     end = tail.end + common_prefix(q, tail.end, seg.block_ids, tail.end - tail.window,
@@ -137,3 +137,16 @@ def _from_tail(tail: Tail, q: np.ndarray, we: int) -> tuple[int, object] | None:
     if end < stop and not tail.decided:
         return None
     return end, seg
+
+
+def _tail_read(tail: Tail, segments: SegmentStore) -> Callable[[int], object]:
+    """``segments.read``, except that the tail's segment comes from memory while it is current
+    (until the first segment write, this insert's own included): matching the tail's window
+    again then reads only the other candidates."""
+    seg = tail.result
+
+    def read(segment_id: int) -> object:
+        if segment_id == seg.segment_id and tail.current():
+            return seg
+        return segments.read(segment_id)
+    return read

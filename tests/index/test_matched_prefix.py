@@ -17,6 +17,10 @@ def _ids(n: int, start: int = 1) -> np.ndarray:
     return np.arange(start, start + n, dtype=np.uint64)
 
 
+def _store_reads(index) -> int:
+    return index.stats()["store"]["logical_reads"]
+
+
 def test_recall_is_the_remembered_prefix_of_the_same_thread_only():
     mp = MatchedPrefix()
     q = _ids(100)
@@ -56,10 +60,6 @@ def test_tail_needs_the_whole_matched_query_and_no_write_since_the_stamp():
     assert not mp.recall(q)[1].decided  # it reached its query's end: q may go on in the segment
 
 
-def _store_reads(index) -> int:
-    return index.stats()["store"]["logical_reads"]
-
-
 def test_insert_after_match_reads_only_the_windows_past_the_verified_prefix(tmp_path: Path):
     with sarp.open(tmp_path / "i", backend="memory", background=False) as index:
         first = _ids(200)
@@ -94,9 +94,12 @@ def test_a_tail_at_the_end_of_the_query_is_verified_further_or_matched_again(tmp
         # q diverges inside that segment: another segment might share more, so match again
         assert index.match(block_ids=first[:180]).num_blocks == 180
         forked = np.concatenate((first[:180], _ids(40, start=40_000)))
+        before = _store_reads(index)
         st = index.insert(block_ids=forked)
         # window 128 matched again, then a copy of its shared prefix; window 192 is new
         assert st["windows"] == 1 and st["segments_written"] == 2
+        # its only candidate is the segment the match stopped on, still current: not read
+        assert st["segments_retrieved"] == 1 and _store_reads(index) == before
         assert index.match(block_ids=forked).num_blocks == 220
         assert index.match(block_ids=first).num_blocks == 200
 
