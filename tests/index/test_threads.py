@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -112,4 +113,49 @@ def test_racing_extensions_of_one_segment_all_survive(tmp_path, backend):
     run_threads(worker, errors, 120)
     for seq in acked:
         assert index.match(tokens=seq, max_retrieval=0).num_blocks == len(seq), seq
+    index.close()
+
+
+@pytest.mark.parametrize("backend", ["memory", "odirect"])
+def test_racing_match_then_insert_all_survive(tmp_path, backend):
+    """The serving pattern under races: in each round every thread matches a context that ends
+    in a fresh 5-block segment, then inserts the context plus an output, so the first insert
+    extends that segment in place while the others' matches still hold its old version. An
+    insert may take the segment its match stopped on only if no write began since
+    (``sarp.matched_prefix``): every acknowledged sequence keeps matching in full."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads often, so matches and inserts interleave
+    path = tmp_path / "i"
+    index = sarp.open(path, backend=backend, durability="group", block_size=1, **SMALL)
+    rounds = 30
+    for r in range(rounds):
+        index.insert(tokens=[10_000 * (r + 1) + k for k in range(5)])
+    acked: list[list[int]] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    start = threading.Barrier(THREADS)
+
+    def worker(t: int) -> None:
+        try:
+            for r in range(rounds):
+                start.wait(30)
+                context = [10_000 * (r + 1) + k for k in range(5)] + [t % 2]
+                seq = context + [t, r]
+                m = index.match(tokens=context)
+                assert np.array_equal(m.block_ids, sarp.block_ids(context, 1)[:m.num_blocks])
+                index.insert(tokens=seq)
+                with lock:
+                    acked.append(seq)
+        except BaseException as exc:
+            errors.append(exc)
+            start.abort()
+
+    try:
+        run_threads(worker, errors, 120)
+    finally:
+        sys.setswitchinterval(old)
+    index.drain()
+    lost = [seq for seq in acked
+            if index.match(tokens=seq, max_retrieval=0).num_blocks != len(seq)]
+    assert not lost, f"{len(lost)} of {len(acked)} acknowledged sequences lost, e.g. {lost[0]}"
     index.close()
