@@ -3,8 +3,12 @@
 For each window of the new sequence the matching path finds the stored segment with the
 longest shared prefix; the sequence then extends that segment in place (the shared prefix
 reaches the segment's end), copies the shared prefix into a new segment (it diverges inside
-the segment), or starts a new segment (nothing shared). After a divergence every later window
-is new. Metadata already stored for a block is kept: the first writer of a block prefix wins.
+the segment), or starts a new segment (nothing shared). After an extension or a divergence
+every later window is new: the best stored segment ends, or departs from the sequence, inside
+this window, so no stored sequence shares the sequence's prefix into the next window (a
+candidate that MaxRetrieval left unread could, and then costs a redundant copy, never a
+wrong match). Metadata already stored for a block is kept: the first writer of a block
+prefix wins.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
 
     Written segments are stored in one batch and then passed to ``on_write`` in window order:
     before the next window is matched (so a match sees every earlier window registered), and
-    at the end, which after a divergence covers every later window at once.
+    at the end, which after an extension or a divergence covers every later window at once.
 
     ``window_lock(q[ws])`` is held from the match of window ws until what it decided for that
     window is stored and registered. Every insert that could extend or copy a segment starting
@@ -99,7 +103,8 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
                     st["segments_extended"] += 1
                     st["blocks_written"] += we - stored_end
                     st["new_blocks"] += we - stored_end
-                    continue
+                    diverged = True  # nothing stored goes past the segment's end: the rest
+                    continue  # is new, written with this window under its lock
                 if found_end >= we:
                     continue  # the window is already stored
                 shared = found_end - ws

@@ -71,8 +71,9 @@ def test_insert_after_match_reads_only_the_windows_past_the_verified_prefix(tmp_
         st = index.insert(block_ids=longer)
         # windows 0, 64 and 128 were verified; the match stopped at 200 in window 192 on a
         # segment it had read, which the insert extends without reading it again; window 256
-        # has no candidate
-        assert st["windows"] == 1 and st["segments_extended"] == 1
+        # is then new (nothing stored goes past that segment's end): no window is matched
+        assert st["windows"] == 0 and st["segments_extended"] == 1
+        assert st["segments_written"] == 1
         assert _store_reads(index) == before
         assert index.match(block_ids=longer).num_blocks == 300
         # no match before: every window is matched again
@@ -102,6 +103,18 @@ def test_a_tail_at_the_end_of_the_query_is_verified_further_or_matched_again(tmp
         assert st["segments_retrieved"] == 1 and _store_reads(index) == before
         assert index.match(block_ids=forked).num_blocks == 220
         assert index.match(block_ids=first).num_blocks == 200
+
+
+def test_after_an_extension_the_later_windows_are_new_without_matching(tmp_path: Path):
+    with sarp.open(tmp_path / "i", backend="memory", background=False) as index:
+        first = _ids(40)
+        index.insert(block_ids=first)
+        longer = np.concatenate((first, _ids(110, start=10_000)))
+        st = index.insert(block_ids=longer)  # no match before it: window 0 is matched
+        assert st["windows"] == 1 and st["segments_extended"] == 1
+        assert st["segments_written"] == 2  # windows 64 and 128, new
+        assert index.match(block_ids=longer).num_blocks == 150
+        assert index.match(block_ids=first).num_blocks == 40
 
 
 def test_a_write_after_the_match_makes_the_insert_read_the_window_again(tmp_path: Path):

@@ -140,7 +140,7 @@ def test_racing_match_then_insert_all_survive(tmp_path, backend):
             for r in range(rounds):
                 start.wait(30)
                 context = [10_000 * (r + 1) + k for k in range(5)] + [t % 2]
-                seq = context + [t, r]
+                seq = context + [t, r] + list(range(100 * t, 100 * t + 12))  # 3 windows
                 m = index.match(tokens=context)
                 assert np.array_equal(m.block_ids, sarp.block_ids(context, 1)[:m.num_blocks])
                 index.insert(tokens=seq)
