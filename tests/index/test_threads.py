@@ -85,6 +85,29 @@ def test_concurrent_match_and_insert_stay_correct(tmp_path, backend):
             assert index.match(block_ids=q).num_blocks == len(q), i
 
 
+def race(body, rounds: int) -> list[list[int]]:
+    """Run ``body(t, r)`` for rounds r = 0.. on THREADS threads that start each round together;
+    returns the sequences the bodies acknowledged (their inserts returned)."""
+    acked: list[list[int]] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    start = threading.Barrier(THREADS)
+
+    def worker(t: int) -> None:
+        try:
+            for r in range(rounds):
+                start.wait(30)
+                seq = body(t, r)
+                with lock:
+                    acked.append(seq)
+        except BaseException as exc:
+            errors.append(exc)
+            start.abort()
+
+    run_threads(worker, errors, 120)
+    return acked
+
+
 @pytest.mark.parametrize("backend", ["memory", "wiredtiger", "odirect"])
 def test_racing_extensions_of_one_segment_all_survive(tmp_path, backend):
     """Threads extend the same stored segment with different suffixes at once: every
@@ -94,24 +117,13 @@ def test_racing_extensions_of_one_segment_all_survive(tmp_path, backend):
                       background=False, **SMALL)
     base = list(range(1000, 1003))
     index.insert(tokens=base)
-    acked: list[list[int]] = []
-    errors: list[BaseException] = []
-    lock = threading.Lock()
-    start = threading.Barrier(THREADS)
 
-    def worker(t: int) -> None:
-        try:
-            start.wait(30)
-            for r in range(40):
-                seq = base + [t, r % 7, r]  # shares the segment's prefix, then diverges
-                index.insert(tokens=seq)
-                with lock:
-                    acked.append(seq)
-        except BaseException as exc:
-            errors.append(exc)
+    def body(t: int, r: int) -> list[int]:
+        seq = base + [t, r % 7, r]  # shares the segment's prefix, then diverges
+        index.insert(tokens=seq)
+        return seq
 
-    run_threads(worker, errors, 120)
-    for seq in acked:
+    for seq in race(body, 40):
         assert index.match(tokens=seq, max_retrieval=0).num_blocks == len(seq), seq
     index.close()
 
@@ -123,35 +135,24 @@ def test_racing_match_then_insert_all_survive(tmp_path, backend):
     extends that segment in place while the others' matches still hold its old version. An
     insert may take the segment its match stopped on only if no write began since
     (``sarp.matched_prefix``): every acknowledged sequence keeps matching in full."""
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)  # switch threads often, so matches and inserts interleave
     path = tmp_path / "i"
     index = sarp.open(path, backend=backend, durability="group", block_size=1, **SMALL)
     rounds = 30
     for r in range(rounds):
         index.insert(tokens=[10_000 * (r + 1) + k for k in range(5)])
-    acked: list[list[int]] = []
-    errors: list[BaseException] = []
-    lock = threading.Lock()
-    start = threading.Barrier(THREADS)
 
-    def worker(t: int) -> None:
-        try:
-            for r in range(rounds):
-                start.wait(30)
-                context = [10_000 * (r + 1) + k for k in range(5)] + [t % 2]
-                seq = context + [t, r] + list(range(100 * t, 100 * t + 12))  # 3 windows
-                m = index.match(tokens=context)
-                assert np.array_equal(m.block_ids, sarp.block_ids(context, 1)[:m.num_blocks])
-                index.insert(tokens=seq)
-                with lock:
-                    acked.append(seq)
-        except BaseException as exc:
-            errors.append(exc)
-            start.abort()
+    def body(t: int, r: int) -> list[int]:
+        context = [10_000 * (r + 1) + k for k in range(5)] + [t % 2]
+        seq = context + [t, r] + list(range(100 * t, 100 * t + 12))  # 3 windows
+        m = index.match(tokens=context)
+        assert np.array_equal(m.block_ids, sarp.block_ids(context, 1)[:m.num_blocks])
+        index.insert(tokens=seq)
+        return seq
 
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads often, so matches and inserts interleave
     try:
-        run_threads(worker, errors, 120)
+        acked = race(body, rounds)
     finally:
         sys.setswitchinterval(old)
     index.drain()
