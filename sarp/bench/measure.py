@@ -52,6 +52,7 @@ def measure_once(design: Design, setup: Setup, p: Prepared, *, rep: int, workdir
     metrics.timing(row, trace)
     metrics.hit_rate(row, trace, p, exact if design.name != "exact" else trace)
     metrics.reads(row, design.name, trace)
+    metrics.request_reads(row, stats, trace)
     metrics.state(row, design.name, stats, p)
     _persistence(row, design, setup, path, snap)
     shutil.rmtree(path, ignore_errors=True)

@@ -21,7 +21,7 @@ FIELDS = (
     "workload", "design", "backend", "requests", "throughput_rps",
     "match_mean_us", "match_p50_us", "match_p99_us",
     "insert_mean_us", "insert_p50_us", "insert_p99_us",
-    "token_hit_rate", "hit_loss_vs_exact", "store_reads_per_match",
+    "token_hit_rate", "hit_loss_vs_exact", "store_reads_per_match", "store_reads_per_request",
     "segment_retrievals_per_window", "candidates_before", "candidates_after",
     "candidates_retrieved", "routing_entries", "routing_bytes", "routing_bytes_per_block",
     "dram_bytes", "snapshot_bytes", "recovery_s", *RECOVERY_FIELDS, "store_bytes",
@@ -105,6 +105,17 @@ def reads(row: dict[str, Any], design: str, trace: Trace) -> None:
     for name in ("segment_retrievals_per_window", "candidates_before", "candidates_after",
                  "candidates_retrieved"):
         mark_na(row, name, SARP_ONLY)
+
+
+def request_reads(row: dict[str, Any], stats: dict[str, Any], trace: Trace) -> None:
+    """Every logical read of the design's record stores (its matches, inserts and background
+    work, a spill store's included) per replayed request."""
+    stores = [s for s in (stats.get("store"), stats.get("spill_store")) if s]
+    if not stores:
+        mark_na(row, "store_reads_per_request", "the design keeps no record store")
+        return
+    row["store_reads_per_request"] = (sum(s["logical_reads"] for s in stores)
+                                      / max(trace.completed, 1))
 
 
 def state(row: dict[str, Any], design: str, stats: dict[str, Any], p: Prepared) -> None:

@@ -55,6 +55,16 @@ def test_store_reads_counted_for_store_designs_only(results):
     assert reads["dram-blockhash"] == 0
 
 
+def test_store_reads_per_request_count_every_read_of_the_stores(results):
+    _, res = results
+    rows = {r["design"]: r for r in res["rows"]}
+    for design in ("sarp", "ssd-blockhash", "segment-hash", "segment-radix-capped"):
+        row = rows[design]  # a request's reads: its match's, its insert's, background work's
+        assert row["store_reads_per_request"] >= row["store_reads_per_match"] > 0, design
+    assert rows["dram-blockhash"]["store_reads_per_request"] is None
+    assert rows["dram-blockhash"]["na"]["store_reads_per_request"]
+
+
 def test_memory_backend_reports_recovery_as_na(results):
     _, res = results
     row = next(r for r in res["rows"] if r["design"] == "sarp")
