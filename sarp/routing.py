@@ -116,8 +116,9 @@ class RoutingDirectory:
         stops there: the rematerialization it triggers re-places every member, this one too.
         Until that rematerialization has run, other walks (``build`` None) also stop at that
         entry, after joining its list.
-        The walk runs in ``RoutingTable.walk``; it returns here only to create an entry or to
-        start background work.
+        The walk runs in ``RoutingTable.walk``, which also creates the visible entries of a
+        walk outside builds; it returns here only to create a private entry or to start
+        background work.
         """
         c = self.cfg
         t = self.table
@@ -131,7 +132,7 @@ class RoutingDirectory:
         while True:
             i, prev, e, parent = t.walk(ids, lay.offsets, lay.parents, lay.refinable, filts,
                                         seg_id, i, prev, c.pruning, c.pruning_threshold,
-                                        c.refinement, c.tau, build is None)
+                                        c.refinement, c.tau, build is None, build is None)
             if i >= n:
                 return events
             if e < 0:

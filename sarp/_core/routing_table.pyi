@@ -55,10 +55,11 @@ class RoutingTable:
         refinement: bool,
         tau: int,
         hold_below_remat: bool = False,
+        create_visible: bool = False,
     ) -> tuple[int, int, int, int]:
         """Algorithm 2's placement walk from point ``i``: (point, prev, entry, parent) where
-        the caller must create an entry (entry -1) or start background work; point ==
-        len(offsets) when the walk is done."""
+        the caller must create an entry (entry -1; with ``create_visible`` only a private
+        one) or start background work; point == len(offsets) when the walk is done."""
     def entry_flags(self) -> npt.NDArray[np.uint8]:
         """The flags of every entry, in entry order (a read-only view, no copy)."""
     def nbytes(self) -> int:

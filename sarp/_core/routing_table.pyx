@@ -217,7 +217,7 @@ cdef class RoutingTable:
              const int64_t[::1] parents not None, const uint8_t[::1] refinable not None,
              const uint64_t[::1] filters not None, uint64_t seg, Py_ssize_t i, Py_ssize_t prev,
              bint pruning, Py_ssize_t threshold, bint refinement, Py_ssize_t tau,
-             bint hold_below_remat=False):
+             bint hold_below_remat=False, bint create_visible=False):
         """Algorithm 2's placement walk of segment ``seg`` (block IDs ``ids``) from point ``i``,
         ``prev`` the last retained entry (-1: none yet).
 
@@ -232,6 +232,10 @@ cdef class RoutingTable:
         ``hold_below_remat``: a retained entry whose rematerialization is queued ends the walk
         like a pruned one (a new segment joins its list and the rematerialization places it
         below), so no entry below it is created holding the new segments without the old ones.
+
+        ``create_visible``: a missing entry whose enabling entry is not being back-filled is
+        created here, visible, instead of returned (-1): the caller passes it outside builds,
+        where such an entry is never private.
         """
         cdef Py_ssize_t n = offsets.shape[0], e, parent, m
         cdef uint8_t fl
@@ -257,7 +261,9 @@ cdef class RoutingTable:
                 i += 1
                 continue
             if e < 0:
-                return i, prev, -1, parent
+                if not create_visible or (parent >= 0 and g.ef[parent] & F_REFINING):
+                    return i, prev, -1, parent
+                e = self.add_entry(ids[offsets[i]], F_VISIBLE)
             self._rewrite(e, -1, seg, filters[i])
             g = self.g
             m = g.er[e] & LEN_MASK

@@ -55,6 +55,28 @@ def test_refinement_fires_above_tau_and_not_at_tau(tmp_path):
             assert e >= 0 and index.directory.table.list_len(e) == 1
 
 
+def test_entries_below_an_entry_being_back_filled_stay_private_until_published():
+    """A segment placed while its base entry's back-fill runs registers at the midpoint in a
+    private entry: a probe must not find a midpoint list without the older members."""
+    tau = 3
+    d = RoutingDirectory(config_from_kwargs(dict(BASE, pruning=False, tau=tau)))
+    t = d.table
+    ids = [sarp.block_ids(divergent(1, i), 1) for i in range(tau + 2)]
+    events = Events()
+    for sid in range(tau + 1):
+        d.place(sid, 0, ids[sid], events=events)
+    root = t.find(int(ids[0][0]))
+    assert events.refine == [root] and t.flags(root) & rt.REFINING  # back-fill not run yet
+    d.place(tau + 1, 0, ids[tau + 1], events=Events())
+    mid = int(ids[tau + 1][2])
+    assert t.find(mid) >= 0 and t.probe(mid) < 0  # created, private
+    assert t.find(mid) in d.backfills[root].private
+    for sid in range(tau + 1):
+        d.backfill_member(d.backfills[root], sid, ids[sid], Events())
+    d.publish(d.backfills[root])
+    assert t.probe(mid) == t.find(mid) and t.flags(root) & rt.REFINED
+
+
 def test_last_block_point_needs_a_refined_final_midpoint(tmp_path):
     tau = 3
     with sarp.open(tmp_path / "i", backend="memory", background=False, pruning=False, tau=tau,
