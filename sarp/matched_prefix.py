@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from sarp._core.verify import common_prefix
+
 
 class WriteClock:
     """Counts the writes that change what a match can find (begun and ended), so a thread can
@@ -108,8 +110,8 @@ class MatchedPrefix:
         if last is None:
             return 0, None
         m, v = last.query, last.verified
-        if last.tail is not None and len(m) <= len(q) and np.array_equal(q[:len(m)], m):
+        if last.tail is not None and len(m) <= len(q) and common_prefix(q, 0, m, 0) == len(m):
             return v, last.tail
-        if v and v <= len(q) and np.array_equal(q[:v], m[:v]):
+        if v and v <= len(q) and common_prefix(q, 0, m, 0, v) == v:
             return v, None
         return 0, None

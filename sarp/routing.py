@@ -68,7 +68,7 @@ class RoutingDirectory:
         if c.refinement:
             probe += self.mid_offsets + [self.last_offset]
         #: offsets within a window, deepest first: the order of approximate routing
-        self.probe_offsets = sorted(probe, reverse=True)
+        self.probe_offsets = np.array(sorted(probe, reverse=True), dtype=np.int64)
         #: refined entries whose back-fill is running -> that build
         self.backfills: dict[int, Build] = {}
         #: segment length -> its points, as the placement walk takes them

@@ -68,6 +68,16 @@ cdef struct Window:
     Py_ssize_t retrieved, total  # segments read; the most that may be read
 
 
+cdef bint _within(cnp.ndarray offsets, Py_ssize_t limit):
+    """Whether every offset lies in [0, limit) (a 1-D C-contiguous int64 array)."""
+    cdef const int64_t* o = <const int64_t*>cnp.PyArray_DATA(offsets)
+    cdef Py_ssize_t i
+    for i in range(cnp.PyArray_DIM(offsets, 0)):
+        if o[i] < 0 or o[i] >= limit:
+            return False
+    return True
+
+
 cdef class WindowMatcher:
     """The per-window loop of one query ``q`` (block IDs) over a routing table and a segment
     store's ``read(segment_id) -> Segment | None``. Keeps the query's counters."""
@@ -94,7 +104,7 @@ cdef class WindowMatcher:
             raise ValueError("window_blocks and stride must be positive and max_retrieval "
                              f"non-negative, got {window_blocks}, {stride}, {max_retrieval}")
         self._offsets = np.ascontiguousarray(probe_offsets, dtype=np.int64)
-        if self._offsets.ndim != 1 or ((self._offsets < 0) | (self._offsets >= window_blocks)).any():
+        if self._offsets.ndim != 1 or not _within(self._offsets, window_blocks):
             raise ValueError(f"probe_offsets must lie in [0, {window_blocks})")
         self._probe, self._refs, self._read = table.probe, table.refs, read
         self._unbounded_at = unbounded_at
