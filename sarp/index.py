@@ -131,7 +131,8 @@ class Index:
                     self._journal.sync()
         if events.refine or events.remat:
             self._schedule(events)
-            time.sleep(0)  # let the worker take the GIL and start now, as on a spare core
+            if self._worker.enabled:
+                time.sleep(0)  # let the worker take the GIL and start now, as on a spare core
         self._count(inserts=1, **{k: st[k] for k in ("segments_written", "segments_extended",
                                                       "blocks_written")})
         self._maybe_snapshot(bool(written))
