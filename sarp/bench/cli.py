@@ -28,7 +28,7 @@ from sarp.bench.sweep import DEFAULT_BUDGETS
 from storage_backends import DURABILITY_MODES, KINDS
 
 QUICK_WORKLOADS = [w for w in WORKLOADS if w.startswith("synthetic/")] + ["trace/magagent"]
-QUICK = {"scale": 0.25, "repeat": 3, "time_limit": 20.0, "threads": [], "recovery": [100_000]}
+QUICK = {"scale": 0.25, "repeat": 5, "time_limit": 20.0, "threads": [], "recovery": [100_000]}
 FULL = {"scale": 1.0, "repeat": 3, "time_limit": None, "threads": [1, 2, 4, 8],
         "recovery": [1_000_000]}
 
@@ -98,7 +98,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--scale", type=_positive, help="workload scale (sessions multiplier)")
     r.add_argument("--repeat", type=int, help="repetitions per row (medians reported)")
     r.add_argument("--quick", action="store_true",
-                   help="a few minutes: small scale, one repetition, time-boxed replays")
+                   help="a few minutes: small scale, 5 repetitions, time-boxed replays")
     r.add_argument("--time-limit", type=_positive, help="seconds per replay before cutting it")
     r.add_argument("--threads", type=_list(_count, allow_none=True),
                    help="request-thread counts for the scaling table, or none")
