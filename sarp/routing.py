@@ -132,7 +132,7 @@ class RoutingDirectory:
         while True:
             i, prev, e, parent = t.walk(ids, lay.offsets, lay.parents, lay.refinable, filts,
                                         seg_id, i, prev, c.pruning, c.pruning_threshold,
-                                        c.refinement, c.tau, build is None, build is None)
+                                        c.refinement, c.tau, build is None)
             if i >= n:
                 return events
             if e < 0:

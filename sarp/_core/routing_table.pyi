@@ -54,11 +54,10 @@ class RoutingTable:
         threshold: int,
         refinement: bool,
         tau: int,
-        hold_below_remat: bool = False,
-        create_visible: bool = False,
+        outside_build: bool = False,
     ) -> tuple[int, int, int, int]:
         """Algorithm 2's placement walk from point ``i``: (point, prev, entry, parent) where
-        the caller must create an entry (entry -1; with ``create_visible`` only a private
+        the caller must create an entry (entry -1; with ``outside_build`` only a private
         one) or start background work; point == len(offsets) when the walk is done."""
     def entry_flags(self) -> npt.NDArray[np.uint8]:
         """The flags of every entry, in entry order (a read-only view, no copy)."""

@@ -217,7 +217,7 @@ cdef class RoutingTable:
              const int64_t[::1] parents not None, const uint8_t[::1] refinable not None,
              const uint64_t[::1] filters not None, uint64_t seg, Py_ssize_t i, Py_ssize_t prev,
              bint pruning, Py_ssize_t threshold, bint refinement, Py_ssize_t tau,
-             bint hold_below_remat=False, bint create_visible=False):
+             bint outside_build=False):
         """Algorithm 2's placement walk of segment ``seg`` (block IDs ``ids``) from point ``i``,
         ``prev`` the last retained entry (-1: none yet).
 
@@ -229,13 +229,13 @@ cdef class RoutingTable:
         entry (``parent``: the entry enabling it, or -1), or the entry that just gained the
         member and crossed tau or the pruning threshold. j == len(offsets): the walk is done.
 
-        ``hold_below_remat``: a retained entry whose rematerialization is queued ends the walk
-        like a pruned one (a new segment joins its list and the rematerialization places it
-        below), so no entry below it is created holding the new segments without the old ones.
-
-        ``create_visible``: a missing entry whose enabling entry is not being back-filled is
-        created here, visible, instead of returned (-1): the caller passes it outside builds,
-        where such an entry is never private.
+        ``outside_build``: the walk places a new or extended segment, not a member of a
+        back-fill or rematerialization build. Then a retained entry whose rematerialization is
+        queued ends the walk like a pruned one (a new segment joins its list and the
+        rematerialization places it below), so no entry below it is created holding the new
+        segments without the old ones; and a missing entry whose enabling entry is not being
+        back-filled is created here, visible, instead of returned (-1), since outside builds
+        such an entry is never private.
         """
         cdef Py_ssize_t n = offsets.shape[0], e, parent, m
         cdef uint8_t fl
@@ -257,11 +257,11 @@ cdef class RoutingTable:
                 g.ef[prev] |= F_PRUNED
                 i += 1
                 continue
-            if prev >= 0 and hold_below_remat and g.ef[prev] & F_REMAT:
+            if prev >= 0 and outside_build and g.ef[prev] & F_REMAT:
                 i += 1
                 continue
             if e < 0:
-                if not create_visible or (parent >= 0 and g.ef[parent] & F_REFINING):
+                if not outside_build or (parent >= 0 and g.ef[parent] & F_REFINING):
                     return i, prev, -1, parent
                 e = self.add_entry(ids[offsets[i]], F_VISIBLE)
             self._rewrite(e, -1, seg, filters[i])
