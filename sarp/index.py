@@ -41,6 +41,10 @@ from storage_backends.io import FileIO
 
 CONFIG_FILE = "sarp.json"
 STORE_DIR = "store"
+#: the index counter of each match counter
+MATCH_COUNTER = {k: f"match_{k}" for k in COUNTERS}
+#: the counters an insert adds from its result
+INSERT_COUNTERS = ("segments_written", "segments_extended", "blocks_written")
 #: stripes of the per-window insert locks (a window's first block ID picks its stripe)
 WINDOW_LOCKS = 64
 
@@ -73,7 +77,7 @@ class Index:
         self._snapshot_on_close = snapshot_on_close
         self._since_snapshot = 0
         self._last_snapshot = time.monotonic()
-        self.counters = {f"match_{k}": 0 for k in COUNTERS}
+        self.counters = dict.fromkeys(MATCH_COUNTER.values(), 0)
         self.counters.update(matches=0, inserts=0, matched_blocks=0, queried_blocks=0,
                              segments_written=0, segments_extended=0, blocks_written=0,
                              indexed_blocks=0, snapshots=0, backfills=0, rematerializations=0)
@@ -90,8 +94,13 @@ class Index:
         stamp = self._matched.stamp()
         result, tail = match_path(self.config, self.directory, self.segments, q, mr)
         self._matched.remember(q, result.num_blocks, stamp, tail)
-        self._count(matches=1, matched_blocks=result.num_blocks, queried_blocks=len(q),
-                    **{f"match_{k}": v for k, v in result.stats.items()})
+        with self._counter_lock:
+            c = self.counters
+            c["matches"] += 1
+            c["matched_blocks"] += result.num_blocks
+            c["queried_blocks"] += len(q)
+            for k, v in result.stats.items():
+                c[MATCH_COUNTER[k]] += v
         return result
 
     def insert(self, tokens: Any = None, *, metadata: Any = None, block_ids: Any = None,
@@ -133,8 +142,11 @@ class Index:
             self._schedule(events)
             if self._worker.enabled:
                 time.sleep(0)  # let the worker take the GIL and start now, as on a spare core
-        self._count(inserts=1, **{k: st[k] for k in ("segments_written", "segments_extended",
-                                                      "blocks_written")})
+        with self._counter_lock:
+            c = self.counters
+            c["inserts"] += 1
+            for k in INSERT_COUNTERS:
+                c[k] += st[k]
         self._maybe_snapshot(bool(written))
         return st
 

@@ -119,12 +119,7 @@ def read_wal(io: FileIO, path: Path,
     The stream ends at the first block that fails its checksum; a valid block after that one
     means a damaged block inside the durable part, which raises CorruptionError.
     """
-    f = io.open(path, direct=False, create=False)
-    try:
-        data = bytearray(f.size())
-        f.pread(data, 0)
-    finally:
-        f.close()
+    data = io.read_whole(path)
     (magic, version, number, log_number, synced, garbage) = _HEAD.unpack_from(data) \
         if len(data) >= block else (0, 0, 0, 0, 0, 0)
     if magic != WAL_MAGIC or version != WAL_VERSION or not intact(

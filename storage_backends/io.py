@@ -100,6 +100,16 @@ class FileIO:
                 self._warn_fallback(p)
         return File(self, p, os.open(p, flags, 0o644), False)
 
+    def read_whole(self, path: str | Path) -> bytearray:
+        """All bytes of the existing file ``path`` (buffered: superblocks, WAL files)."""
+        f = self.open(path, direct=False, create=False)
+        try:
+            data = bytearray(f.size())
+            f.pread(data, 0)
+        finally:
+            f.close()
+        return data
+
     def _warn_fallback(self, path: Path) -> None:
         self.direct_fallbacks += 1
         warnings.warn(f"O_DIRECT refused for {str(path)!r}; using buffered I/O",

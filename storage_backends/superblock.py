@@ -25,12 +25,7 @@ def write_superblock(io: FileIO, path: Path, magic: bytes, payload: bytes) -> No
 
 def read_superblock(io: FileIO, path: Path, magic: bytes) -> bytes:
     """The payload of the superblock at ``path``; raises a CorruptionError if it fails a check."""
-    f = io.open(path, direct=False, create=False)
-    try:
-        data = bytearray(f.size())
-        f.pread(data, 0)
-    finally:
-        f.close()
+    data = io.read_whole(path)
     if len(data) < _HEAD.size + 8:
         raise BadLengthError(f"{path.name}: {len(data)} bytes is too short for a superblock")
     found, n = _HEAD.unpack_from(data)

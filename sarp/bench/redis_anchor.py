@@ -126,9 +126,10 @@ def _check_alive(proc: subprocess.Popen, directory: Path) -> None:
                          f"{tail[0] if tail else 'no log'}")
 
 
-def _ready(proc: subprocess.Popen, directory: Path, port: int, key: bytes, value: bytes,
-           timeout: float) -> float:
-    """Seconds until PING answers and GET ``key`` returns ``value`` (polling every ms)."""
+def _ready(proc: subprocess.Popen, directory: Path, port: int, timeout: float,
+           key: bytes | None = None, value: bytes | None = None) -> float:
+    """Seconds until PING answers and, if ``key`` is given, GET ``key`` returns ``value``
+    (polling every ms; a server still loading its snapshot answers LOADING)."""
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < timeout:
         try:
@@ -141,7 +142,7 @@ def _ready(proc: subprocess.Popen, directory: Path, port: int, key: bytes, value
             while time.perf_counter() - t0 < timeout:
                 try:
                     c.command(b"PING")
-                    got = c.command(b"GET", key)
+                    got = c.command(b"GET", key) if key is not None else value
                 except RedisError as exc:
                     if "LOADING" not in str(exc):
                         raise
@@ -166,7 +167,7 @@ def redis_recovery(keys: np.ndarray, values: np.ndarray, directory: Path,
     port = _free_port()
     probe_key, probe_value = keys[len(keys) // 2 : len(keys) // 2 + 1], values[len(keys) // 2]
     with _server(binary, directory, port) as proc:
-        _wait_up(proc, directory, port, timeout)
+        _ready(proc, directory, port, timeout)
         c = Resp(port, timeout)
         t0 = time.perf_counter()
         for i in range(0, len(keys), BATCH):
@@ -183,25 +184,7 @@ def redis_recovery(keys: np.ndarray, values: np.ndarray, directory: Path,
         proc.wait(timeout=timeout)
     rdb = (directory / "dump.rdb").stat().st_size
     with _server(binary, directory, port) as proc:
-        recovery = _ready(proc, directory, port, probe_key.astype("<u8").tobytes(),
-                          probe_value.tobytes(), timeout)
+        recovery = _ready(proc, directory, port, timeout, probe_key.astype("<u8").tobytes(),
+                          probe_value.tobytes())
     return {"load_s": t1 - t0, "save_s": t2 - t1, "recovery_s": recovery,
             "snapshot_bytes": rdb}
-
-
-def _wait_up(proc: subprocess.Popen, directory: Path, port: int, timeout: float) -> None:
-    """Wait until a fresh server answers PING."""
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < timeout:
-        try:
-            c = Resp(port, timeout)
-        except OSError:
-            _check_alive(proc, directory)
-            time.sleep(0.005)
-            continue
-        try:
-            c.command(b"PING")
-            return
-        finally:
-            c.close()
-    raise RedisError(f"redis-server did not start within {timeout} s")

@@ -10,7 +10,7 @@ from sarp.bench.harness import RunOptions, run
 from sarp.bench.metrics import FIELDS
 from sarp.bench.progress import Progress
 from sarp.bench.recovery_bench import mix
-from sarp.bench.report import render
+from sarp.bench.report import _budget_share, render
 from sarp.bench.results import load_results, write_results
 
 WORKLOAD = "synthetic/ultrachat"
@@ -87,6 +87,16 @@ def test_files_are_written_and_reload(results):
     assert load_results(out)["rows"] == res["rows"]
     report = (out / "report.md").read_text()
     assert "SSD-BlockHash" in report and "n/a" in report
+
+
+def test_report_says_when_the_budget_floor_exceeds_the_store(results):
+    _, res = results
+    w = next(iter(res["meta"]["workloads"].values()))
+    assert w["memory_budget"] == 1 << 20  # the tiny workload is under the floor
+    line = _budget_share(w)
+    assert "of SSD-BlockHash's store" in line and "measure cached reads" in line
+    big = {"unique_blocks": 10 * w["memory_budget"], "memory_budget": w["memory_budget"]}
+    assert "measure cached reads" not in _budget_share(big)
 
 
 def test_replication_keeps_prefix_structure_with_fresh_ids():
