@@ -15,6 +15,7 @@ from sarp._core.blockids import chain_block_ids, namespace_seed
 
 _TOKEN_LIMIT = 2**32
 _ID_LIMIT = 2**64
+_NATIVE_U64 = np.dtype(np.uint64)
 
 
 def block_ids(
@@ -34,6 +35,9 @@ def block_ids(
 
 def as_block_ids(ids: Iterable[int] | np.ndarray) -> np.ndarray:
     """Engine-computed block IDs as a C-contiguous uint64 array (no copy if already one)."""
+    if (type(ids) is np.ndarray and ids.dtype == _NATIVE_U64 and ids.ndim == 1
+            and ids.flags.c_contiguous):
+        return ids  # every uint64 is a valid block ID
     return _integer_array(ids, "block_ids", _ID_LIMIT, np.uint64)
 
 

@@ -119,10 +119,11 @@ class Index:
         written: list[int] = []
         place = self.directory.place
 
-        def on_write(seg: Any) -> None:
-            written.append(seg.segment_id)
+        def on_write(segs: list[Any]) -> None:
             with self._dir_lock:
-                place(seg.segment_id, seg.start, seg.block_ids, events=events)
+                for seg in segs:
+                    written.append(seg.segment_id)
+                    place(seg.segment_id, seg.start, seg.block_ids, events=events)
 
         known, tail = self._matched.recall(q)
         st = insert_path(self.config, self.directory, self.segments, q, meta,

@@ -25,8 +25,8 @@ from sarp.matching import COUNTERS, matcher
 from sarp.routing import RoutingDirectory
 from sarp.segments import SegmentStore
 
-#: called with each written segment (decoded) once it is stored: registers it
-OnWrite = Callable[[object], None]
+#: called with the written segments (decoded), in order, once they are stored: registers them
+OnWrite = Callable[[list], None]
 #: the lock of the window whose first block ID is given (see ``insert``)
 WindowLock = Callable[[int], threading.Lock]
 
@@ -63,8 +63,7 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
     def store_pending() -> None:
         with segments.writes.writing():  # until registered: matches started now see no tail
             segments.put_all([(seg.segment_id, raw) for seg, raw in pending])
-            for seg, _ in pending:
-                on_write(seg)
+            on_write([seg for seg, _ in pending])
         pending.clear()
 
     def release() -> None:

@@ -16,8 +16,6 @@ The memory is per thread and per index, and only ever holds what that index itse
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,16 +33,18 @@ class WriteClock:
         self._begun = 0
         self._ended = 0
 
-    @contextmanager
-    def writing(self) -> Iterator[None]:
-        """Around a write, from before its first store write until it is registered."""
+    def writing(self) -> WriteClock:
+        """Use as ``with clock.writing():`` around a write, from before its first store write
+        until it is registered."""
+        return self
+
+    def __enter__(self) -> None:
         with self._lock:
             self._begun += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._ended += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._ended += 1
 
     def stamp(self) -> int | None:
         """The writes begun so far, or None while one is in flight (nothing can be relied on)."""

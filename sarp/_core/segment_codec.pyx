@@ -4,9 +4,12 @@ Block IDs sit at offset 32 and metadata right after them, so a decoded segment's
 views into the record, not copies.
 """
 
+import sys
 from collections import namedtuple
 
 import numpy as np
+
+cimport numpy as cnp
 
 from cpython.buffer cimport (
     PyBUF_C_CONTIGUOUS,
@@ -15,8 +18,8 @@ from cpython.buffer cimport (
     PyObject_CheckBuffer,
     PyObject_GetBuffer,
 )
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from libc.stdint cimport uint16_t, uint32_t, uint64_t
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize
+from libc.stdint cimport uint16_t, uint32_t, uint64_t, uintptr_t
 from libc.string cimport memcpy
 
 from sarp.errors import BadLengthError, BadMagicError, ChecksumError, UnsupportedVersionError
@@ -39,6 +42,8 @@ cdef enum:
     CHECKSUM_SIZE = 8
     VERSION = 1
 cdef uint32_t MAGIC = 0x53505253
+cdef bint LITTLE_ENDIAN = sys.byteorder == "little"
+cnp.import_array()
 cdef Py_ssize_t MAX_BLOCKS = 0xFFFFFFFF
 cdef Py_ssize_t MAX_META_WIDTH = 0xFFFF
 
@@ -210,11 +215,30 @@ def decode_segment(buf):
         check_checksum(<const unsigned char*>view.buf, view.len)
     finally:
         PyBuffer_Release(&view)
+    cdef cnp.npy_intp dims[2]
+    cdef unsigned char* p
+    if PyBytes_CheckExact(buf) and LITTLE_ENDIAN:
+        # bytes never move or change: read-only arrays over its data, kept alive as their base
+        p = <unsigned char*>PyBytes_AS_STRING(buf) + HEADER_SIZE
+        if <uintptr_t>p % 8 == 0:
+            dims[0], dims[1] = h.block_count, h.meta_width
+            ids = _readonly_view(buf, p, 1, dims, cnp.NPY_UINT64)
+            meta = _readonly_view(buf, p + 8 * h.block_count, 2, dims, cnp.NPY_UINT8)
+            return Segment(h.segment_id, h.start, h.block_count, h.meta_width, ids, meta)
     ids = np.frombuffer(buf, dtype="<u8", count=h.block_count, offset=HEADER_SIZE)
     meta = np.frombuffer(buf, dtype=np.uint8, count=h.block_count * h.meta_width,
                          offset=HEADER_SIZE + 8 * h.block_count)
     return Segment(h.segment_id, h.start, h.block_count, h.meta_width, ids,
                    meta.reshape(h.block_count, h.meta_width))
+
+
+cdef cnp.ndarray _readonly_view(object base, unsigned char* data, int nd, cnp.npy_intp* dims,
+                                int typenum):
+    """A read-only C-contiguous array of ``data`` (inside ``base``), which it keeps alive."""
+    cdef cnp.ndarray a = cnp.PyArray_SimpleNewFromData(nd, dims, typenum, data)
+    cnp.PyArray_CLEARFLAGS(a, cnp.NPY_ARRAY_WRITEABLE)
+    cnp.set_array_base(a, base)
+    return a
 
 
 def append_blocks(buf, const uint64_t[::1] block_ids not None, metadata):

@@ -154,6 +154,13 @@ def test_as_block_ids_converts_arrays():
     strided = np.arange(10, dtype=np.uint64)[::2]
     assert as_block_ids(strided).flags.c_contiguous
     assert as_block_ids(np.array([2**64 - 1], dtype=">u8")).tolist() == [2**64 - 1]
+    got = as_block_ids(np.array([1, 2], dtype=">u8"))
+    assert got.dtype == np.dtype("=u8") and got.tolist() == [1, 2]
+
+
+def test_as_block_ids_rejects_uint64_of_two_dimensions():
+    with pytest.raises(ValueError, match="block_ids must be one-dimensional"):
+        as_block_ids(np.zeros((2, 2), dtype=np.uint64))
 
 
 @pytest.mark.parametrize("ids", [[-1], [2**64], np.array([-5], dtype=np.int64)])

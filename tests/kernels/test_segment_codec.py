@@ -68,6 +68,20 @@ def test_views_not_copies():
     assert not seg.block_ids.flags.writeable
 
 
+@pytest.mark.parametrize("form", [bytes, bytearray, memoryview])
+def test_decoded_views_are_read_only_and_outlive_the_callers_reference(form):
+    ids, meta = [5, 2**64 - 1, 7], bytes(range(12))
+    seg = decode_segment(form(encode_segment(3, 128, u64(ids), meta, 4)))  # no other reference
+    assert seg.block_ids.dtype == np.dtype("<u8") and seg.metadata.dtype == np.uint8
+    assert seg.block_ids.tolist() == ids and seg.metadata.tobytes() == meta
+    assert seg.metadata.shape == (3, 4) and seg.metadata.flags.c_contiguous
+    if form is bytes:
+        for a in (seg.block_ids, seg.metadata):
+            assert not a.flags.writeable
+            with pytest.raises(ValueError):
+                a[0] = 1
+
+
 def test_metadata_forms():
     ids = u64([1, 2, 3])
     dt = np.dtype([("node", "<u4"), ("tier", "u1"), ("addr", "<u8")])
