@@ -243,8 +243,7 @@ class Index:
         """Refinement: register every member of ``root`` at the point below it, then publish."""
         d = self.directory
         build = d.backfills[root]
-        members = d.table.refs(root)[0].copy()
-        segs = [self.segments.read(int(s)) for s in members]
+        segs = self.segments.read_many(d.table.refs(root)[0])
         events = Events()
         with self._dir_lock:
             for seg in segs:
@@ -259,8 +258,7 @@ class Index:
         build = Build("remat", root)
         events = Events()
         with self._dir_lock:
-            for sid in d.table.refs(root)[0].copy():
-                seg = self.segments.read(int(sid))
+            for seg in self.segments.read_many(d.table.refs(root)[0]):
                 d.place(seg.segment_id, seg.start, seg.block_ids, build, events)
             d.publish(build)
         self._count(rematerializations=1)

@@ -52,6 +52,12 @@ class SegmentStore:
         raw = self.store.get(int(segment_id))
         return None if raw is None else decode_segment(raw)
 
+    def read_many(self, segment_ids) -> list:
+        """``read`` of each id, in order, as one batch of the record store."""
+        keys = (segment_ids.tolist() if isinstance(segment_ids, np.ndarray)
+                else [int(s) for s in segment_ids])
+        return [None if raw is None else decode_segment(raw) for raw in self.store.get_many(keys)]
+
     def encode_new(self, start: int, block_ids: np.ndarray, metadata: np.ndarray):
         """(segment, record) of a new segment under a newly allocated id, not yet stored."""
         return self._encode(self.allocate(), start, block_ids, metadata)

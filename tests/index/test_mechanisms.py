@@ -171,18 +171,18 @@ def test_reader_racing_a_rematerialization_sees_old_or_new_complete_state(tmp_pa
     expected = [index.match(tokens=s).num_blocks for s in seqs[:threshold]]
 
     reached, release = threading.Event(), threading.Event()
-    real_read = index.segments.read
+    real_place = index.directory.place
     calls = []
 
-    def slow_read(sid):
+    def slow_place(*args, **kwargs):
         if threading.current_thread().name == "sarp-background":
-            calls.append(sid)
+            calls.append(args[0])
             if len(calls) == 3:  # two members placed privately, the third not yet
                 reached.set()
                 assert release.wait(30)
-        return real_read(sid)
+        return real_place(*args, **kwargs)
 
-    index.segments.read = slow_read
+    index.directory.place = slow_place
     index.insert(tokens=seqs[threshold])
     assert reached.wait(30)
     t = index.directory.table
