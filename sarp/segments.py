@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sarp._core.segment_codec import decode_segment, encode_segment
+from sarp._core.segment_codec import append_blocks, decode_segment, encode_segment
 from sarp.matched_prefix import WriteClock
 
 if TYPE_CHECKING:
@@ -64,8 +64,8 @@ class SegmentStore:
 
     def encode_extended(self, seg, block_ids: np.ndarray, metadata: np.ndarray):
         """(segment, record) of ``seg`` with blocks appended, not yet stored."""
-        return self._encode(seg.segment_id, seg.start, np.concatenate((seg.block_ids, block_ids)),
-                            np.concatenate((seg.metadata, metadata)))
+        raw = append_blocks(seg.record, block_ids, metadata)
+        return decode_segment(raw), raw
 
     def put_all(self, records: list[tuple[int, bytes]]) -> None:
         """Store (segment id, record) pairs in one batch."""

@@ -5,7 +5,7 @@ import numpy.typing as npt
 from typing_extensions import Buffer
 
 class Segment(NamedTuple):
-    """A decoded segment record; block_ids and metadata are views into the record."""
+    """A decoded segment record; block_ids and metadata are views into ``record``."""
 
     segment_id: int
     start: int
@@ -13,6 +13,7 @@ class Segment(NamedTuple):
     meta_width: int
     block_ids: npt.NDArray[np.uint64]
     metadata: npt.NDArray[np.uint8]
+    record: Buffer
 
 def encoded_size(block_count: int, meta_width: int) -> int:
     """Bytes of the record of ``block_count`` blocks with ``meta_width``-byte metadata."""

@@ -48,10 +48,12 @@ cdef Py_ssize_t MAX_BLOCKS = 0xFFFFFFFF
 cdef Py_ssize_t MAX_META_WIDTH = 0xFFFF
 
 Segment = namedtuple(
-    "Segment", ["segment_id", "start", "block_count", "meta_width", "block_ids", "metadata"],
+    "Segment",
+    ["segment_id", "start", "block_count", "meta_width", "block_ids", "metadata", "record"],
     module=__name__,
 )
-Segment.__doc__ = """A decoded segment record; block_ids and metadata are views into the record."""
+Segment.__doc__ = """A decoded segment record; block_ids and metadata are views into
+``record``, the buffer it was decoded from."""
 
 
 cdef struct Header:
@@ -224,12 +226,12 @@ def decode_segment(buf):
             dims[0], dims[1] = h.block_count, h.meta_width
             ids = _readonly_view(buf, p, 1, dims, cnp.NPY_UINT64)
             meta = _readonly_view(buf, p + 8 * h.block_count, 2, dims, cnp.NPY_UINT8)
-            return Segment(h.segment_id, h.start, h.block_count, h.meta_width, ids, meta)
+            return Segment(h.segment_id, h.start, h.block_count, h.meta_width, ids, meta, buf)
     ids = np.frombuffer(buf, dtype="<u8", count=h.block_count, offset=HEADER_SIZE)
     meta = np.frombuffer(buf, dtype=np.uint8, count=h.block_count * h.meta_width,
                          offset=HEADER_SIZE + 8 * h.block_count)
     return Segment(h.segment_id, h.start, h.block_count, h.meta_width, ids,
-                   meta.reshape(h.block_count, h.meta_width))
+                   meta.reshape(h.block_count, h.meta_width), buf)
 
 
 cdef cnp.ndarray _readonly_view(object base, unsigned char* data, int nd, cnp.npy_intp* dims,

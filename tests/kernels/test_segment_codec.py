@@ -71,7 +71,11 @@ def test_views_not_copies():
 @pytest.mark.parametrize("form", [bytes, bytearray, memoryview])
 def test_decoded_views_are_read_only_and_outlive_the_callers_reference(form):
     ids, meta = [5, 2**64 - 1, 7], bytes(range(12))
-    seg = decode_segment(form(encode_segment(3, 128, u64(ids), meta, 4)))  # no other reference
+    raw = encode_segment(3, 128, u64(ids), meta, 4)
+    seg = decode_segment(form(raw))  # the decoded form has no other reference
+    assert bytes(seg.record) == raw
+    assert append_blocks(seg.record, u64([9]), b"wxyz") == encode_segment(
+        3, 128, u64(ids + [9]), meta + b"wxyz", 4)
     assert seg.block_ids.dtype == np.dtype("<u8") and seg.metadata.dtype == np.uint8
     assert seg.block_ids.tolist() == ids and seg.metadata.tobytes() == meta
     assert seg.metadata.shape == (3, 4) and seg.metadata.flags.c_contiguous
