@@ -9,6 +9,7 @@ monotonically and are the record store's keys. Records are encoded by the Cython
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -52,7 +53,7 @@ class SegmentStore:
         raw = self.store.get(int(segment_id))
         return None if raw is None else decode_segment(raw)
 
-    def read_many(self, segment_ids) -> list:
+    def read_many(self, segment_ids: Iterable[int] | np.ndarray) -> list:
         """``read`` of each id, in order, as one batch of the record store."""
         keys = (segment_ids.tolist() if isinstance(segment_ids, np.ndarray)
                 else [int(s) for s in segment_ids])
