@@ -30,7 +30,7 @@ from sarp._core.hashing import xxh64
 from sarp.background import Worker
 from sarp.block_ids import as_block_ids, block_ids
 from sarp.config import Config, config_from_kwargs, digest_text, dumps, loads
-from sarp.errors import IndexClosedError
+from sarp.errors import CorruptionError, IndexClosedError
 from sarp.insertion import insert as insert_path
 from sarp.matched_prefix import MatchedPrefix
 from sarp.matching import COUNTERS, MatchResult
@@ -243,7 +243,7 @@ class Index:
         """Refinement: register every member of ``root`` at the point below it, then publish."""
         d = self.directory
         build = d.backfills[root]
-        segs = self.segments.read_many(d.table.refs(root)[0])
+        segs = self._members(root)
         events = Events()
         with self._dir_lock:
             for seg in segs:
@@ -258,11 +258,22 @@ class Index:
         build = Build("remat", root)
         events = Events()
         with self._dir_lock:
-            for seg in self.segments.read_many(d.table.refs(root)[0]):
+            for seg in self._members(root):
                 d.place(seg.segment_id, seg.start, seg.block_ids, build, events)
             d.publish(build)
         self._count(rematerializations=1)
         then(events)
+
+    def _members(self, root: int) -> list[Any]:
+        """The segments of entry ``root``'s posting list, read in one batch; a segment the
+        routing directory names but the store lacks is corruption, never skipped."""
+        ids = self.directory.table.refs(root)[0].tolist()
+        segs = self.segments.read_many(ids)
+        missing = [sid for sid, seg in zip(ids, segs, strict=True) if seg is None]
+        if missing:
+            raise CorruptionError(f"segments {missing} of routing entry {root} are missing "
+                                  f"from the store at {str(self.store.path)!r}")
+        return segs
 
     def _maybe_snapshot(self, inserted: bool) -> None:
         every_n, every_s = self._every

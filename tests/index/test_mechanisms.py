@@ -11,6 +11,7 @@ import pytest
 import sarp
 from sarp._core import routing_table as rt
 from sarp.config import config_from_kwargs
+from sarp.errors import CorruptionError
 from sarp.routing import FIXED, Build, Events, RoutingDirectory
 
 from .helpers import SMALL, metadata_for, shared_prefix_workload
@@ -124,6 +125,20 @@ def test_pruning_follows_the_preceding_list_size(tmp_path):
         # the list at 0 exceeded the threshold: point 4 is rematerialized for every member
         assert members(index, k4) == members(index, k0)
         assert index.directory.table.probe(int(k4)) >= 0
+
+
+def test_rematerialization_of_a_missing_member_raises_corruption(tmp_path):
+    threshold = 3
+    with sarp.open(tmp_path / "i", backend="memory", background=False, refinement=False,
+                   pruning_threshold=threshold, **BASE) as index:
+        seqs = [divergent(6, i) for i in range(threshold + 1)]
+        k0 = sarp.block_ids(seqs[0], 1)[0]
+        for s in seqs[:threshold]:
+            index.insert(tokens=s)
+        lost = min(members(index, k0))
+        index.store.delete(lost)
+        with pytest.raises(CorruptionError, match=rf"segments \[{lost}\] of routing entry"):
+            index.insert(tokens=seqs[threshold])  # its rematerialization reads every member
 
 
 def test_queued_rematerialization_lifts_max_retrieval_at_its_entry(tmp_path):
