@@ -240,13 +240,18 @@ class Index:
             self._rematerialize(root, self.run_inline)
 
     def _backfill(self, root: int, then: Callable[[Events], None]) -> None:
-        """Refinement: register every member of ``root`` at the point below it, then publish."""
+        """Refinement: register every member of ``root`` at the point below it, then publish.
+
+        The members are read under the directory lock, as in a rematerialization: a member
+        read before the lock could be extended and re-placed in between, and its stale
+        filter would then overwrite the current one (a filter that undersells a candidate
+        lets a match stop before reading it).
+        """
         d = self.directory
         build = d.backfills[root]
-        segs = self._members(root)
         events = Events()
         with self._dir_lock:
-            for seg in segs:
+            for seg in self._members(root):
                 d.backfill_member(build, seg.segment_id, seg.block_ids, events)
             d.publish(build)
         self._count(backfills=1)

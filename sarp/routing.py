@@ -113,9 +113,11 @@ class RoutingDirectory:
         background work it triggers is added to ``events`` (a new one if None), returned.
 
         Caller holds the writer lock. A walk that makes a pruned entry cross the threshold
-        stops there: the rematerialization it triggers re-places every member, this one too.
-        Until that rematerialization has run, other walks (``build`` None) also stop at that
-        entry, after joining its list.
+        triggers its rematerialization, which re-places every member, this one too. Until
+        that has run, walks outside builds (``build`` None) create no entry below it, but
+        still join the entries that exist there: a match routes through the deepest entry it
+        finds, so an existing entry must list every segment with its key. A build's walk
+        stops at the entry.
         The walk runs in ``RoutingTable.walk``, which also creates the visible entries of a
         walk outside builds; it returns here only to create a private entry or to start
         background work.
@@ -138,7 +140,7 @@ class RoutingDirectory:
             if e < 0:
                 e = self._new_entry(int(ids[lay.offsets[i]]), parent, build)
                 t.add_member(e, seg_id, int(filts[i]))
-            if self._check_triggers(e, bool(lay.refinable[i]), events):
+            if self._check_triggers(e, bool(lay.refinable[i]), events) and build is not None:
                 return events
             prev = e
             i += 1

@@ -253,11 +253,14 @@ cdef class RoutingTable:
                 prev = e
                 i += 1
                 continue
-            if prev >= 0 and pruning and (g.er[prev] & LEN_MASK) <= threshold:
+            # Pruning and a queued rematerialization only keep the walk from creating an
+            # entry: an existing one must list every segment with its key, since a match
+            # routes through the deepest entry it finds.
+            if e < 0 and prev >= 0 and pruning and (g.er[prev] & LEN_MASK) <= threshold:
                 g.ef[prev] |= F_PRUNED
                 i += 1
                 continue
-            if prev >= 0 and outside_build and g.ef[prev] & F_REMAT:
+            if e < 0 and prev >= 0 and outside_build and g.ef[prev] & F_REMAT:
                 i += 1
                 continue
             if e < 0:

@@ -141,6 +141,37 @@ def test_rematerialization_of_a_missing_member_raises_corruption(tmp_path):
             index.insert(tokens=seqs[threshold])  # its rematerialization reads every member
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_matches_stay_exact_while_background_builds_wait(tmp_path, seed):
+    """The worker is held while sequences that share prompts and branches are inserted, so
+    back-fills and rematerializations queue up; every inserted sequence still matches whole
+    with MaxRetrieval unbounded. Fails if a walk that meets a pruned or rematerializing entry
+    skips an entry that already exists below it (a match routes through the deepest entry)."""
+    from tests.persistence.workload import CONFIG, sequence
+
+    index = sarp.open(tmp_path / "i", backend="memory", background=True, **CONFIG)
+    release = threading.Event()
+    rng = np.random.default_rng(seed)
+    try:
+        inserted = []
+        for i in rng.permutation(60).tolist():
+            if i % 20 == 0:
+                index._worker.submit(lambda: release.wait(30))  # hold the worker from here
+            index.insert(tokens=sequence(i))
+            inserted.append(i)
+            for j in inserted:
+                tokens = sequence(j)
+                m = index.match(tokens=tokens, max_retrieval=0)
+                assert m.num_blocks == len(tokens) // CONFIG["block_size"], (i, j)
+            if i % 20 == 19:
+                release.set()
+                index.drain()
+                release.clear()
+    finally:
+        release.set()
+        index.close()
+
+
 def test_queued_rematerialization_lifts_max_retrieval_at_its_entry(tmp_path):
     """While a pruned entry waits for its rematerialization, its members tie (their filters
     cover only the shared blocks): every one is read, so the oldest is not missed."""
@@ -283,10 +314,11 @@ class ReferenceDirectory(RoutingDirectory):
             if e >= 0 and self._reference_update(e, seg_id, filt):
                 prev = e
                 continue
-            if prev >= 0 and c.pruning and t.list_len(prev) <= c.pruning_threshold:
+            # pruning and a queued rematerialization only keep the walk from creating entries
+            if e < 0 and prev >= 0 and c.pruning and t.list_len(prev) <= c.pruning_threshold:
                 t.set_flags(prev, t.flags(prev) | rt.PRUNED)
                 continue
-            if prev >= 0 and build is None and t.flags(prev) & rt.REMAT:
+            if e < 0 and prev >= 0 and build is None and t.flags(prev) & rt.REMAT:
                 continue  # its queued rematerialization places this segment below it
             if e < 0:
                 e = self._new_entry(key, parent, build)
@@ -294,7 +326,8 @@ class ReferenceDirectory(RoutingDirectory):
             lists = {e: (segs, filters)}
             ref_publish(lists, e, seg_id, filt, None)
             t.publish(e, *lists[e])
-            if self._check_triggers(e, role == FIXED or o == self.final_mid, events):
+            if (self._check_triggers(e, role == FIXED or o == self.final_mid, events)
+                    and build is not None):
                 break
             prev = e
         return events
