@@ -9,7 +9,6 @@ monotonically and are the record store's keys. Records are encoded by the Cython
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -53,11 +52,10 @@ class SegmentStore:
         raw = self.store.get(int(segment_id))
         return None if raw is None else decode_segment(raw)
 
-    def read_many(self, segment_ids: Iterable[int] | np.ndarray) -> list:
+    def read_many(self, segment_ids: list[int]) -> list:
         """``read`` of each id, in order, as one batch of the record store."""
-        keys = (segment_ids.tolist() if isinstance(segment_ids, np.ndarray)
-                else [int(s) for s in segment_ids])
-        return [None if raw is None else decode_segment(raw) for raw in self.store.get_many(keys)]
+        return [None if raw is None else decode_segment(raw)
+                for raw in self.store.get_many(segment_ids)]
 
     def encode_new(self, start: int, block_ids: np.ndarray, metadata: np.ndarray):
         """(segment, record) of a new segment under a newly allocated id, not yet stored."""

@@ -230,10 +230,11 @@ cdef class RoutingTable:
         member and crossed tau or the pruning threshold. j == len(offsets): the walk is done.
 
         ``outside_build``: the walk places a new or extended segment, not a member of a
-        back-fill or rematerialization build. Then a retained entry whose rematerialization is
-        queued ends the walk like a pruned one (a new segment joins its list and the
-        rematerialization places it below), so no entry below it is created holding the new
-        segments without the old ones; and a missing entry whose enabling entry is not being
+        back-fill or rematerialization build. Then below a retained entry whose
+        rematerialization is queued, the walk creates no entry, like below a pruned one (the
+        new segment joins that entry's list and the rematerialization places it below), so no
+        entry is created holding the new segments without the old ones; entries that exist
+        there are still joined. And a missing entry whose enabling entry is not being
         back-filled is created here, visible, instead of returned (-1), since outside builds
         such an entry is never private.
         """
@@ -253,17 +254,17 @@ cdef class RoutingTable:
                 prev = e
                 i += 1
                 continue
-            # Pruning and a queued rematerialization only keep the walk from creating an
-            # entry: an existing one must list every segment with its key, since a match
-            # routes through the deepest entry it finds.
-            if e < 0 and prev >= 0 and pruning and (g.er[prev] & LEN_MASK) <= threshold:
-                g.ef[prev] |= F_PRUNED
-                i += 1
-                continue
-            if e < 0 and prev >= 0 and outside_build and g.ef[prev] & F_REMAT:
-                i += 1
-                continue
             if e < 0:
+                # Pruning and a queued rematerialization only keep the walk from creating an
+                # entry: an existing one must list every segment with its key, since a match
+                # routes through the deepest entry it finds.
+                if prev >= 0 and pruning and (g.er[prev] & LEN_MASK) <= threshold:
+                    g.ef[prev] |= F_PRUNED
+                    i += 1
+                    continue
+                if prev >= 0 and outside_build and g.ef[prev] & F_REMAT:
+                    i += 1
+                    continue
                 if not outside_build or (parent >= 0 and g.ef[parent] & F_REFINING):
                     return i, prev, -1, parent
                 e = self.add_entry(ids[offsets[i]], F_VISIBLE)
