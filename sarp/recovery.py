@@ -83,8 +83,7 @@ def _replay_record(index: Index, rec: journal.Record, report: dict[str, Any]) ->
     index.counters["indexed_blocks"] += rec.new_blocks
     index.insert_seq = max(index.insert_seq, rec.insert_seq)
     report["journal_records"] += 1
-    for sid in rec.segment_ids.tolist():
-        seg = index.segments.read(sid)
+    for seg in index.segments.read_many(rec.segment_ids.tolist()):
         if seg is None:  # written after its last durable point: not acknowledged
             report["missing_segments"] += 1
             continue

@@ -13,6 +13,7 @@ from sarp import journal, snapshot
 from sarp._core import routing_table as rt
 from sarp._core.hashing import xxh64
 from sarp.errors import RecoveryError
+from storage_backends.io import FileIO
 
 from .workload import CONFIG, check_match, metadata, sequence
 
@@ -105,6 +106,29 @@ def test_torn_journal_tail_is_dropped_and_earlier_records_kept(tmp_path):
         for i in range(11):
             assert check_match(index, i) == len(sequence(i)) // B
         check_match(index, 11)  # whatever it matches is verified
+
+
+def test_journal_record_naming_unstored_segments_is_skipped(tmp_path):
+    """A record whose segments never reached the store (its insert was not acknowledged)
+    re-registers nothing: recovery counts them and serves every stored sequence."""
+    path = tmp_path / "i"
+    build(path, 0, 12, snapshots_at={5})
+    seq, jpath = journal.files(path)[-1]
+    records = journal.read(FileIO(), jpath, last=True).records
+    last = records[-1]
+    missing = [last.next_segment_id, last.next_segment_id + 1]
+    w = journal.JournalWriter(FileIO(), jpath, seq)
+    w.append(journal.Record(last.insert_seq + 1, last.next_segment_id + 2, 7,
+                            np.array(missing, dtype=np.uint64)))
+    w.close()
+    with sarp.open(path, backend="wiredtiger") as index:
+        assert index.recovery["missing_segments"] == 2
+        assert index.recovery["journal_records"] == len(records) + 1
+        for i in range(12):
+            assert check_match(index, i) == len(sequence(i)) // B
+        insert(index, 12)  # new segments get ids past the record's, never a reused one
+        assert check_match(index, 12) == len(sequence(12)) // B
+    assert_all_match(path, 13)
 
 
 def test_damaged_journal_record_before_valid_ones_is_refused(tmp_path):
