@@ -3,7 +3,9 @@ since a snapshot, so that recovery re-reads and re-registers exactly those.
 
 Journal N holds the inserts after snapshot N (journal 0: after the index was created). A
 record is appended after its segments are in the store and made durable with them: per insert
-under ``sync``, at ``flush()`` under ``group``, at close under ``none``.
+under ``sync``, at ``flush()`` under ``group``, at close under ``none``. Appended records are
+kept in memory and written at the next sync (a group commit), or once ``WRITE_BEHIND`` bytes
+wait, so an insert between durable points costs no system call.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ FILE_HEADER = struct.Struct("<8sIIQ")  # magic, version, reserved, snapshot seq
 RECORD_HEADER = struct.Struct("<IIQ")  # payload length, reserved, XXH64 of the payload
 PAYLOAD_HEADER = struct.Struct("<QQQI4x")  # insert seq, next segment id, new blocks, count
 FILES = Numbered("journal-", ".log")
+#: appended record bytes held in memory before they are written without waiting for a sync
+WRITE_BEHIND = 64 << 10
 
 
 @dataclass
@@ -44,7 +48,7 @@ def encode_record(r: Record) -> bytes:
 
 
 class JournalWriter:
-    """Appends records to one journal file."""
+    """Appends records to one journal file; ``sync`` makes every appended record durable."""
 
     def __init__(self, io: FileIO, path: Path, snapshot_seq: int):
         self.io = io
@@ -53,18 +57,26 @@ class JournalWriter:
             io.publish(path, FILE_HEADER.pack(MAGIC, VERSION, 0, snapshot_seq))
         self._file: File = io.open(path, direct=False, create=False)
         self._offset = self._file.size()
-        self.unsynced = False
+        self._pending = bytearray()  # appended, not yet written
+        self.unsynced = False  # written, not yet synced
 
     def append(self, record: Record) -> None:
-        raw = encode_record(record)
-        self._file.pwrite(raw, self._offset)
-        self._offset += len(raw)
-        self.unsynced = True
+        self._pending += encode_record(record)
+        if len(self._pending) >= WRITE_BEHIND:
+            self._write_pending()
 
     def sync(self) -> None:
+        self._write_pending()
         if self.unsynced:
             self._file.fdatasync()
             self.unsynced = False
+
+    def _write_pending(self) -> None:
+        if self._pending:
+            self._file.pwrite(bytes(self._pending), self._offset)
+            self._offset += len(self._pending)
+            self._pending.clear()
+            self.unsynced = True
 
     def close(self) -> None:
         self.sync()

@@ -155,6 +155,51 @@ def test_sync_inserts_fsync_the_journal_and_group_waits_for_flush(tmp_path):
         assert index.io.stats()["fdatasyncs"] == before + 1
 
 
+def journal_bytes(path) -> int:
+    return journal.files(path)[-1][1].stat().st_size
+
+
+def test_group_commit_writes_journal_records_at_flush(tmp_path):
+    """Under ``group`` the journal records of inserts wait in memory for the next flush (one
+    write and one sync for all of them); a crash before it loses only unflushed inserts."""
+    path = tmp_path / "g"
+    with sarp.open(path, backend="wiredtiger", durability="group", snapshot_on_close=False,
+                   **CONFIG) as index:
+        empty = journal_bytes(path)
+        for i in range(5):
+            insert(index, i)
+        assert journal_bytes(path) == empty
+        index.flush()
+        flushed = journal_bytes(path)
+        assert flushed > empty
+        records = journal.read(FileIO(), journal.files(path)[-1][1], last=True).records
+        assert [r.insert_seq for r in records] == [1, 2, 3, 4, 5]
+        insert(index, 5)
+        assert journal_bytes(path) == flushed
+    assert assert_all_match(path, 6)["journal_records"] == 6  # close wrote the last one
+
+
+def test_journal_writes_behind_once_enough_records_wait(tmp_path):
+    """Records are written, unsynced, once WRITE_BEHIND bytes wait: memory stays bounded
+    when a ``group`` index is never flushed."""
+    path = tmp_path / "j.log"
+    w = journal.JournalWriter(FileIO(), path, 0)
+    header = path.stat().st_size
+    rec = journal.Record(1, 2, 3, np.arange(4, dtype=np.uint64))
+    size = len(journal.encode_record(rec))
+    per_write = -(-journal.WRITE_BEHIND // size)
+    for _ in range(per_write - 1):
+        w.append(rec)
+    assert path.stat().st_size == header
+    w.append(rec)
+    assert path.stat().st_size == header + per_write * size
+    assert w.unsynced
+    w.append(rec)
+    w.close()
+    assert path.stat().st_size == header + (per_write + 1) * size
+    assert len(journal.read(FileIO(), path, last=True).records) == per_write + 1
+
+
 def test_snapshot_publication_fsyncs_file_and_directory(tmp_path):
     with sarp.open(tmp_path / "i", backend="memory", **CONFIG) as index:
         insert(index, 0)
