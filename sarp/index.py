@@ -360,7 +360,7 @@ class Index:
         if metadata.ndim != 1 or len(metadata) != n:
             raise ValueError(f"metadata must have one record per full block ({n}), "
                              f"got shape {metadata.shape}")
-        return np.ascontiguousarray(metadata).view(np.uint8).reshape(n, dtype.itemsize)
+        return np.frombuffer(np.ascontiguousarray(metadata), np.uint8).reshape(n, dtype.itemsize)
 
     def _max_retrieval(self, value: int | None) -> int:
         if value is None:

@@ -56,7 +56,7 @@ class WriteClock:
         return stamp is not None and self._begun == stamp
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Tail:
     """Where a match stopped inside a window: the window's first block, the verified end, the
     design's result for that window (for SARP, the segment found there), and whether the match
@@ -75,7 +75,7 @@ class Tail:
         return self.clock.unchanged(self.stamp)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Last:
     query: np.ndarray  # a copy of the matched query
     verified: int  # blocks of it the match verified

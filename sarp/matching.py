@@ -71,5 +71,5 @@ def match(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: n
         pos = end
     dtype = cfg.metadata_dtype
     meta = (np.concatenate(parts) if parts else np.zeros((0, cfg.meta_width), np.uint8))
-    metadata = np.ascontiguousarray(meta).view(dtype).reshape(-1)
+    metadata = np.frombuffer(meta, dtype)  # meta is a new contiguous array: no copy
     return MatchResult(pos, pos * cfg.block_size, q[:pos].copy(), metadata, m.stats()), tail
