@@ -40,15 +40,20 @@ def _by_backend(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return {b: [r for r in rows if r["backend"] == b] + dram for b in backends} or {"dram": dram}
 
 
+def _save(fig: Any, legend_ax: Any, path: Path, **legend: Any) -> None:
+    """Put the legend on ``legend_ax``, write the figure to ``path`` and free it."""
+    legend_ax.legend(**{"fontsize": 8, **legend})
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def throughput(rows: list[dict[str, Any]], path: Path) -> None:
     groups = _by_backend(rows)
     fig, axes = plt.subplots(len(groups), 1, figsize=(10, 3.2 * len(groups)), squeeze=False)
     for ax, (backend, rs) in zip(axes[:, 0], groups.items(), strict=True):
         _grouped(ax, rs, "throughput_rps", f"request throughput (req/s), backend {backend}")
-    axes[0, 0].legend(fontsize=7, ncol=4)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, axes[0, 0], path, fontsize=7, ncol=4)
 
 
 def latency(rows: list[dict[str, Any]], path: Path) -> None:
@@ -57,10 +62,7 @@ def latency(rows: list[dict[str, Any]], path: Path) -> None:
     for i, (backend, rs) in enumerate(groups.items()):
         _grouped(axes[i, 0], rs, "match_mean_us", f"mean match latency (us), {backend}")
         _grouped(axes[i, 1], rs, "insert_mean_us", f"mean insert latency (us), {backend}")
-    axes[0, 0].legend(fontsize=7, ncol=3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, axes[0, 0], path, fontsize=7, ncol=3)
 
 
 def recovery(rows: list[dict[str, Any]], path: Path) -> None:
@@ -79,10 +81,7 @@ def recovery(rows: list[dict[str, Any]], path: Path) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("unique blocks")
     ax.set_ylabel("recovery time (s)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, ax, path)
 
 
 def sweep(rows: list[dict[str, Any]], path: Path) -> None:
@@ -96,10 +95,7 @@ def sweep(rows: list[dict[str, Any]], path: Path) -> None:
     ax.set_xticklabels([str(k) if k else "unbounded" for k in order])
     ax.set_xlabel("MaxRetrieval")
     ax.set_ylabel("token hit-rate loss vs exact (%)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, ax, path)
 
 
 def write_plots(results: dict[str, Any], out: Path) -> tuple[list[str], dict[str, str]]:
