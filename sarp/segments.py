@@ -9,11 +9,12 @@ monotonically and are the record store's keys. Records are encoded by the Cython
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sarp._core.segment_codec import append_blocks, decode_segment, encode_segment
+from sarp._core.segment_codec import Segment, append_blocks, decode_segment, encode_segment
 from sarp.matched_prefix import WriteClock
 
 if TYPE_CHECKING:
@@ -47,21 +48,23 @@ class SegmentStore:
         with self._alloc_lock:
             self._next_id = max(self._next_id, segment_id + 1)
 
-    def read(self, segment_id: int):
+    def read(self, segment_id: int) -> Segment | None:
         """The decoded segment (zero-copy views of the record), or None if it is absent."""
         raw = self.store.get(int(segment_id))
         return None if raw is None else decode_segment(raw)
 
-    def read_many(self, segment_ids: list[int]) -> list:
+    def read_many(self, segment_ids: list[int]) -> list[Segment | None]:
         """``read`` of each id, in order, as one batch of the record store."""
         return [None if raw is None else decode_segment(raw)
                 for raw in self.store.get_many(segment_ids)]
 
-    def encode_new(self, start: int, block_ids: np.ndarray, metadata: np.ndarray):
+    def encode_new(self, start: int, block_ids: np.ndarray,
+                   metadata: np.ndarray) -> tuple[Segment, bytes]:
         """(segment, record) of a new segment under a newly allocated id, not yet stored."""
         return self._encode(self.allocate(), start, block_ids, metadata)
 
-    def encode_extended(self, seg, block_ids: np.ndarray, metadata: np.ndarray):
+    def encode_extended(self, seg: Segment, block_ids: np.ndarray,
+                        metadata: np.ndarray) -> tuple[Segment, bytes]:
         """(segment, record) of ``seg`` with blocks appended, not yet stored."""
         raw = append_blocks(seg.record, block_ids, metadata)
         return decode_segment(raw), raw
@@ -70,11 +73,12 @@ class SegmentStore:
         """Store (segment id, record) pairs in one batch."""
         self.store.put_many(records)
 
-    def _encode(self, sid: int, start: int, block_ids: np.ndarray, metadata: np.ndarray):
+    def _encode(self, sid: int, start: int, block_ids: np.ndarray,
+                metadata: np.ndarray) -> tuple[Segment, bytes]:
         raw = encode_segment(sid, start, block_ids, metadata, self.meta_width)
         return decode_segment(raw), raw
 
-    def scan(self):
+    def scan(self) -> Iterator[Segment]:
         """Every stored segment in id order (the slow rebuild path)."""
         for _, raw in self.store.scan():
             yield decode_segment(raw)
