@@ -97,28 +97,26 @@ def read(io: FileIO, path: Path, last: bool) -> Replay:
     dropped and the file is cut back to its last complete record. In a journal that is not
     the newest, or followed by complete records, damage raises ``RecoveryError``.
     """
-    f = io.open(path, direct=False, create=False)
-    try:
-        size = f.size()
-        buf = bytearray(size)
-        f.pread(buf, 0)
-        raw = bytes(buf)
-        if size < FILE_HEADER.size:
-            raise RecoveryError(f"{path.name}: {size} bytes is shorter than a journal header")
-        magic, version, _, _ = FILE_HEADER.unpack_from(raw)
-        if magic != MAGIC or version != VERSION:
-            raise RecoveryError(f"{path.name}: not a journal of format version {VERSION}")
-        records = list(_records(raw, path.name))
-        end = records[-1][1] if records else FILE_HEADER.size
-        torn = size - end
-        if torn:
-            if not last:
-                raise RecoveryError(f"{path.name}: damaged record at offset {end} in a journal "
-                                    "that a newer one follows")
+    raw = bytes(io.read_whole(path))
+    size = len(raw)
+    if size < FILE_HEADER.size:
+        raise RecoveryError(f"{path.name}: {size} bytes is shorter than a journal header")
+    magic, version, _, _ = FILE_HEADER.unpack_from(raw)
+    if magic != MAGIC or version != VERSION:
+        raise RecoveryError(f"{path.name}: not a journal of format version {VERSION}")
+    records = list(_records(raw, path.name))
+    end = records[-1][1] if records else FILE_HEADER.size
+    torn = size - end
+    if torn:
+        if not last:
+            raise RecoveryError(f"{path.name}: damaged record at offset {end} in a journal "
+                                "that a newer one follows")
+        f = io.open(path, direct=False, create=False)
+        try:
             f.truncate(end)
             f.fsync()
-    finally:
-        f.close()
+        finally:
+            f.close()
     return Replay([r for r, _ in records], size, torn)
 
 
