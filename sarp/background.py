@@ -7,7 +7,7 @@ import queue
 import threading
 from collections.abc import Callable
 
-Job = Callable[[], None]
+Job = Callable[[], object]  # its result is discarded
 
 
 class Worker:

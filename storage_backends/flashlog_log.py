@@ -229,7 +229,7 @@ class PageLog:
                 if pos + REC.size + size > len(stream):
                     raise CorruptionError(f"{self.path.name}: record at block {blk} runs past "
                                           "the blocks its fences allow")
-                return t, stream[pos + REC.size:pos + REC.size + size]
+                return t, bytes(memoryview(stream)[pos + REC.size:pos + REC.size + size])
         return None
 
     def _areas(self, buf: Any, n: int) -> tuple[bytearray, int]:

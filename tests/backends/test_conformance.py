@@ -358,3 +358,16 @@ def test_small_budget_large_batch(durable_kind: str, open_kind: Any, tmp_path: P
         assert s.get_many([0, len(pairs) - 1]) == [pairs[0][1], pairs[-1][1]]
     with open_kind(durable_kind, tmp_path / "s") as s:
         assert sum(1 for _ in s.scan()) == len(pairs)
+
+
+def test_values_come_back_as_bytes(durable_kind: str, open_kind: Any, tmp_path: Path) -> None:
+    """Values read from the engine's files (a small budget keeps few in memory) are ``bytes``,
+    as the interface promises, never a mutable buffer of the engine's."""
+    pairs = [(k, payload(k, 1500)) for k in range(2000)]
+    with open_kind(durable_kind, tmp_path / "s", memory_budget=256 << 10) as s:
+        s.put_many(pairs)
+        assert {type(v) for v in s.get_many([0, 999, 1999])} == {bytes}
+    with open_kind(durable_kind, tmp_path / "s", memory_budget=256 << 10) as s:
+        values = s.get_many(range(len(pairs)))
+        assert values == [v for _, v in pairs]
+        assert {type(v) for v in values} | {type(v) for _, v in s.scan()} == {bytes}
