@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from sarp._core.segment_codec import Segment
 from sarp._core.verify import common_prefix
 from sarp.config import Config
 from sarp.matched_prefix import Tail
@@ -41,7 +42,7 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
     thread's last match verified, ``sarp.matched_prefix``). Whole windows inside it are
     stored for good (segments only grow), so they are skipped without a read or a lock.
     ``tail``: where that match stopped inside the next window; its segment is taken for that
-    window without a read (``_from_tail``).
+    window without a read, as the answer or as the match to beat (``_from_tail``).
 
     Written segments are stored in one batch and then passed to ``on_write`` in window order:
     before the next window is matched (so a match sees every earlier window registered), and
@@ -82,13 +83,15 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
                 if window_lock is not None:
                     held.append(window_lock(int(q[ws])))
                     held[0].acquire()
-                current = tail is not None and tail.window == ws and tail.current()
-                found = _from_tail(tail, q, we) if current else None
-                if found is None:
+                known_here = None
+                if tail is not None and tail.window == ws and tail.current():
+                    known_here, decided = _from_tail(tail, q, we)
+                if known_here is not None and decided:
+                    found = known_here
+                else:
                     if m is None:
-                        read = _tail_read(tail, segments) if current else None
-                        m = matcher(cfg, directory, segments, q, max_retrieval, read)
-                    found = m.match(ws)
+                        m = matcher(cfg, directory, segments, q, max_retrieval)
+                    found = m.match(ws, known_here)
                 found_end, stored = found
             if diverged or stored is None or found_end == ws:
                 pending.append(segments.encode_new(ws, q[ws:we], meta[ws:we]))
@@ -123,34 +126,20 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
     return st
 
 
-def _from_tail(tail: Tail, q: np.ndarray, we: int) -> tuple[int, object] | None:
-    """(end, segment) of the window [tail.window, we) of ``q`` from its thread's last match,
-    or None when the window must be matched again.
+def _from_tail(tail: Tail, q: np.ndarray, we: int) -> tuple[tuple[int, Segment], bool]:
+    """((end, segment) of the window [tail.window, we) of ``q`` from its thread's last match,
+    whether that is the window's answer).
 
     Called under the window's lock once ``tail.current()`` holds: no segment write has begun
     since the match started, so its segment is current. It is verified against ``q`` past the
     match's end in memory. It is the window's answer when the match ended where the stored
     blocks diverged from its query (no segment shares more), or when it shares all of ``q`` it
     can: to the window's end or its own. Otherwise a tied segment might share more of ``q``,
-    so the window is matched again (``_tail_read``).
+    so the window is matched again with this as the match to beat: only candidates that could
+    share more are read.
     """
     seg = tail.result
     stop = min(we, tail.window + seg.block_count)
     end = tail.end + common_prefix(q, tail.end, seg.block_ids, tail.end - tail.window,
                                    stop - tail.end)
-    if end < stop and not tail.decided:
-        return None
-    return end, seg
-
-
-def _tail_read(tail: Tail, segments: SegmentStore) -> Callable[[int], object]:
-    """``segments.read``, except that the tail's segment comes from memory while it is current
-    (until the first segment write, this insert's own included): matching the tail's window
-    again then reads only the other candidates."""
-    seg = tail.result
-
-    def read(segment_id: int) -> object:
-        if segment_id == seg.segment_id and tail.current():
-            return seg
-        return segments.read(segment_id)
-    return read
+    return (end, seg), end == stop or tail.decided

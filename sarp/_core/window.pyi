@@ -35,7 +35,8 @@ class WindowMatcher:
         max_retrieval: int = 3,
         unbounded_at: Callable[[int], bool] | None = None,
     ) -> None: ...
-    def match(self, ws: int) -> tuple[int, Any]:
-        """(end, segment): the longest verified match in the window starting at ``ws``."""
+    def match(self, ws: int, known: tuple[int, Any] | None = None) -> tuple[int, Any]:
+        """(end, segment): the longest verified match in the window starting at ``ws``;
+        ``known``, a verified (end, segment) of this window, is the match to beat."""
     def stats(self) -> dict[str, int]:
         """The counters by name."""

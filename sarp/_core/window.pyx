@@ -152,10 +152,15 @@ cdef class WindowMatcher:
             return -1
         return i
 
-    def match(self, Py_ssize_t ws):
+    def match(self, Py_ssize_t ws, known=None):
         """(end, segment): the longest verified match in the window starting at block ``ws``;
         ``end`` is its exclusive end (``ws`` when nothing matched), ``segment`` the decoded
-        segment that verified it (None when nothing matched)."""
+        segment that verified it (None when nothing matched).
+
+        ``known``: an (end, segment) already verified against this query in this window, and
+        current (an insert's re-match of the window its match stopped in). It is the match to
+        beat: it takes one of the window's MaxRetrieval retrievals, it is not read again, and
+        only candidates whose potential exceeds its end are read."""
         if ws < 0 or ws > self.n:
             raise ValueError(f"ws must be in [0, {self.n}], got {ws}")
         cdef Window w
@@ -163,10 +168,20 @@ cdef class WindowMatcher:
         w.we = min(ws + self.window_blocks, self.n)
         w.best_end = ws
         w.retrieved = 0
+        best = None
+        cdef uint64_t known_id = 0
+        cdef bint has_known = known is not None
+        if has_known:
+            w.best_end, best = known
+            if not ws <= w.best_end <= w.we or best is None or best.start != ws:
+                raise ValueError(f"known must be a segment of window {ws} verified to an end "
+                                 f"in [{ws}, {w.we}], got end {w.best_end}")
+            known_id = best.segment_id
+            w.retrieved = 1
         self.windows += 1
         cdef Py_ssize_t entry = self.route(&w)
         if entry < 0:
-            return ws, None
+            return w.best_end, best
         segs_obj, filters_obj = self._refs(entry)
         cdef cnp.ndarray segs = u64_array(segs_obj, "segment ids")
         cdef cnp.ndarray filters = u64_array(filters_obj, "filters")
@@ -176,9 +191,11 @@ cdef class WindowMatcher:
         cdef const uint64_t* sid = u64_data(segs)
         cdef const uint64_t* fl = u64_data(filters)
         self.candidates_before += m
-        w.total = m if self.max_retrieval == 0 or self.max_retrieval > m else self.max_retrieval
-        if w.total < m and self._unbounded_at is not None and self._unbounded_at(entry):
-            w.total = m
+        cdef Py_ssize_t every = m + has_known  # retrievals that reach every candidate
+        w.total = every if self.max_retrieval == 0 or self.max_retrieval > every \
+            else self.max_retrieval
+        if w.total < every and self._unbounded_at is not None and self._unbounded_at(entry):
+            w.total = every
         cdef Selection sel
         cdef uint64_t fq = 0
         cdef Py_ssize_t top, i, length, limit
@@ -189,8 +206,11 @@ cdef class WindowMatcher:
             top = selection_init(&sel, fl, sid, m, fq, self.n_fields, self.bits, self.filtering)
             i = self.next_candidate(&sel, &w)
         self.candidates_after += min(top, w.total)
-        best = None
         while i >= 0:
+            if has_known and sid[i] == known_id:
+                with nogil:
+                    i = self.next_candidate(&sel, &w)
+                continue
             seg = self._read(sid[i])
             w.retrieved += 1
             self.segments_retrieved += 1

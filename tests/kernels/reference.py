@@ -136,14 +136,17 @@ WINDOW_COUNTERS = ("windows", "routing_probes", "candidates_before", "candidates
 
 def match_window(probe, refs, read, q: list[int], ws: int, window_blocks: int,
                  offsets: list[int], n_fields: int = 8, bits: int = 8, stride: int = 2,
-                 filtering: bool = True, max_retrieval: int = 3):
+                 filtering: bool = True, max_retrieval: int = 3, known=None):
     """(end, segment, counters) of one window, DESIGN.md section 3 step by step: route at the
     first offset (deepest first) whose key hits; rank the whole list by matched fields, then
     newest segment; read and verify in that order until the verified match reaches the next
-    candidate's potential or the window end, at most max_retrieval reads (0: all)."""
+    candidate's potential or the window end, at most max_retrieval reads (0: all).
+    ``known`` (end, segment), verified already, starts as the best match and takes one of the
+    max_retrieval retrievals; its segment is never read."""
     st = dict.fromkeys(WINDOW_COUNTERS, 0)
     st["windows"] = 1
     we = min(ws + window_blocks, len(q))
+    best_end, best = known if known is not None else (ws, None)
     entry, p = -1, -1
     for o in offsets:
         if ws + o >= we:
@@ -154,7 +157,7 @@ def match_window(probe, refs, read, q: list[int], ws: int, window_blocks: int,
             p = ws + o
             break
     if entry < 0:
-        return ws, None, st
+        return best_end, best, st
     segs, filters = (list(map(int, a)) for a in refs(entry))
     st["candidates_before"] = len(segs)
     if filtering:
@@ -163,11 +166,15 @@ def match_window(probe, refs, read, q: list[int], ws: int, window_blocks: int,
     else:
         fields = [n_fields] * len(segs)
     ranked = sorted(range(len(segs)), key=lambda i: (-fields[i], -segs[i]))
-    if max_retrieval > 0:
-        ranked = ranked[:max_retrieval]
-    st["candidates_after"] = sum(fields[i] == fields[ranked[0]] for i in ranked) if ranked else 0
-    best_end, best = ws, None
-    for i in ranked:
+    reads = len(segs) + (known is not None)  # retrievals that reach every candidate
+    if 0 < max_retrieval < reads:
+        reads = max_retrieval
+    top = sum(fields[i] == fields[ranked[0]] for i in ranked) if ranked else 0
+    st["candidates_after"] = min(top, reads)
+    if known is not None:
+        reads -= 1
+        ranked = [i for i in ranked if segs[i] != known[1].segment_id]
+    for i in ranked[:reads]:
         k = fields[i]
         potential = we if k >= n_fields else min(we, p + (k + 1) * stride - 1)
         if best_end >= potential:

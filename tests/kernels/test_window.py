@@ -66,22 +66,45 @@ def scenes(draw):
                 layout=(n_fields, bits, stride))
 
 
+def _known(q, ws, window, stored):
+    """(verified end, segment) of the lowest-id stored segment of window ``ws``, or None."""
+    mine = [s for sid, s in sorted(stored.items()) if s.start == ws]
+    if not mine:
+        return None
+    ids = mine[0].block_ids.tolist()
+    stop = min(ws + window, len(q), ws + len(ids))
+    end = ws
+    while end < stop and ids[end - ws] == q[end]:
+        end += 1
+    return end, mine[0]
+
+
 @settings(max_examples=300)
-@given(scenes(), st.integers(0, 4), st.booleans())
-def test_window_matcher_matches_reference(scene, max_retrieval, filtering):
+@given(scenes(), st.integers(0, 4), st.booleans(), st.booleans())
+def test_window_matcher_matches_reference(scene, max_retrieval, filtering, with_known):
+    """Also with a known match to beat (an insert's re-match): its segment is never read."""
     q, window, offsets = scene["q"], scene["window"], scene["offsets"]
     table, stored = scene["table"], scene["stored"]
     n_fields, bits, stride = scene["layout"]
-    m = WindowMatcher(table, stored.get, np.array(q, np.uint64), window, offsets,
+    reads = []
+
+    def read(sid):
+        reads.append(sid)
+        return stored.get(sid)
+    m = WindowMatcher(table, read, np.array(q, np.uint64), window, offsets,
                       n_fields=n_fields, bits=bits, stride=stride, filtering=filtering,
                       max_retrieval=max_retrieval)
     total = dict.fromkeys(COUNTERS, 0)
     for ws in range(0, len(q) + 1, window):
-        end, seg = m.match(ws)
+        known = _known(q, ws, window, stored) if with_known else None
+        reads.clear()
+        end, seg = m.match(ws, known)
         want_end, want_seg, want_st = ref.match_window(
             table.probe, table.refs, stored.get, q, ws, window, offsets, n_fields, bits, stride,
-            filtering, max_retrieval)
+            filtering, max_retrieval, known)
         assert (end, seg) == (want_end, want_seg)
+        if known is not None:
+            assert end >= known[0] and known[1].segment_id not in reads
         for k, v in want_st.items():
             total[k] += v
         # nothing that verification did not confirm
@@ -102,6 +125,20 @@ def test_newest_full_field_candidate_is_read_first():
     assert (end, seg.segment_id) == (8, 8)
     assert m.stats() == dict(windows=1, routing_probes=2, candidates_before=3,
                              candidates_after=3, segments_retrieved=1, blocks_verified=8)
+
+
+def test_a_known_match_spares_the_candidates_that_cannot_beat_it():
+    """Segments 3 and 8 both share q's first 3 blocks; given 3's verified match, 8 (newer, so
+    first in line) is not read: its filter says it cannot share more."""
+    q = list(range(10, 18))
+    segments = {sid: Seg(sid, 0, np.array(q[:3] + [99] * 5, np.uint64)) for sid in (3, 8)}
+    f = ref.region_filter(segments[3].block_ids.tolist(), 0, 8, 4, 16, 1)
+    table = Table({10: [(3, f), (8, f)]})
+    reads = []
+    m = WindowMatcher(table, lambda sid: reads.append(sid) or segments[sid],
+                      np.array(q, np.uint64), 8, [0], n_fields=4, bits=16, stride=1)
+    assert m.match(0, (3, segments[3])) == (3, segments[3]) and reads == []
+    assert m.match(0) == (3, segments[8]) and reads == [8]
 
 
 def test_missing_and_misplaced_segments_count_as_retrieved():
@@ -132,6 +169,10 @@ def test_window_matcher_argument_errors():
     m = WindowMatcher(table, dict().get, q, 4, [0])
     with pytest.raises(ValueError, match="ws"):
         m.match(5)
+    with pytest.raises(ValueError, match="known"):
+        m.match(0, (5, Seg(1, 0, q)))  # verified past the window's end
+    with pytest.raises(ValueError, match="known"):
+        m.match(0, (1, Seg(1, 4, q)))  # a segment of another window
     bad = Table({0: [(1, 0)]})
     m = WindowMatcher(bad, {1: Seg(1, 0, np.zeros(2, np.int64))}.get, q * 0, 4, [0])
     with pytest.raises(TypeError, match="block_ids"):
