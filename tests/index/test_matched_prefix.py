@@ -10,7 +10,7 @@ import pytest
 
 import sarp
 from sarp.baselines import open_baseline
-from sarp.matched_prefix import InHand, MatchedPrefix, WriteClock
+from sarp.matched_prefix import MatchedPrefix
 
 
 def _ids(n: int, start: int = 1) -> np.ndarray:
@@ -36,20 +36,6 @@ def test_recall_is_the_remembered_prefix_of_the_same_thread_only():
     t.start()
     t.join()
     assert seen == [(0, None)]
-
-
-def test_segments_in_hand_stay_current_until_a_write_in_their_window_stripe():
-    clock = WriteClock()
-    window, other = 7, 8  # other stripes than the window's
-    with clock.writing([window, 1000]) as stamp:
-        hand = InHand(window, stamp, {3: "segment 3"}, clock)
-        assert hand.current() == {3: "segment 3"}
-    with clock.writing([other]):
-        pass
-    assert hand.current() == {3: "segment 3"}  # another stripe: the window is untouched
-    with clock.writing([window + WriteClock.STRIPES]):  # another window in the same stripe
-        pass
-    assert hand.current() == {}  # may have changed: nothing is relied on
 
 
 def test_tail_needs_the_whole_matched_query_and_no_write_since_the_stamp():
