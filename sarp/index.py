@@ -32,7 +32,7 @@ from sarp.block_ids import as_block_ids, block_ids
 from sarp.config import Config, config_from_kwargs, digest_text, dumps, loads
 from sarp.errors import CorruptionError, IndexClosedError
 from sarp.insertion import insert as insert_path
-from sarp.matched_prefix import InHand, MatchedPrefix
+from sarp.matched_prefix import MatchedPrefix
 from sarp.matching import COUNTERS, MatchResult
 from sarp.matching import match as match_path
 from sarp.routing import Build, Events, RoutingDirectory
@@ -47,10 +47,6 @@ MATCH_COUNTER = {k: f"match_{k}" for k in COUNTERS}
 INSERT_COUNTERS = ("segments_written", "segments_extended", "blocks_written")
 #: stripes of the per-window insert locks (a window's first block ID picks its stripe)
 WINDOW_LOCKS = 64
-#: rematerialization root -> the segments its trigger held
-Hands = dict[int, InHand] | None
-#: what runs the jobs that a background job's own placements trigger
-Then = Callable[[Events, Hands], None]
 
 
 class Index:
@@ -121,17 +117,13 @@ class Index:
             return {}
         events = Events()
         written: list[int] = []
-        hands: dict[int, InHand] = {}  # rematerialization root -> what its trigger held
         place = self.directory.place
 
-        def on_write(segs: list[Any], in_hand: Callable[[], InHand]) -> None:
+        def on_write(segs: list[Any]) -> None:
             with self._dir_lock:
-                first = len(events.remat)
                 for seg in segs:
                     written.append(seg.segment_id)
                     place(seg.segment_id, seg.start, seg.block_ids, events=events)
-                if len(events.remat) > first:
-                    hands.update(dict.fromkeys(events.remat[first:], in_hand()))
 
         known, tail = self._matched.recall(q)
         st = insert_path(self.config, self.directory, self.segments, q, meta,
@@ -148,7 +140,7 @@ class Index:
                 if self.store.durability == "sync":
                     self._journal.sync()
         if events.refine or events.remat:
-            self._schedule(events, hands)
+            self._schedule(events)
             if self._worker.enabled:
                 time.sleep(0)  # let the worker take the GIL and start now, as on a spare core
         with self._counter_lock:
@@ -234,23 +226,20 @@ class Index:
         self.close()
 
     # -- background work -----------------------------------------------------------------
-    def _schedule(self, events: Events, hands: Hands = None) -> None:
-        """Queue the jobs of ``events``; ``hands``: what their triggers held (``InHand``)."""
+    def _schedule(self, events: Events) -> None:
         for root in events.refine:
             self._worker.submit(lambda r=root: self._backfill(r, self._schedule))
         for root in events.remat:
-            hand = hands.get(root) if hands else None
-            self._worker.submit(
-                lambda r=root, h=hand: self._rematerialize(r, self._schedule, h))
+            self._worker.submit(lambda r=root: self._rematerialize(r, self._schedule))
 
-    def run_inline(self, events: Events, hands: Hands = None) -> None:
+    def run_inline(self, events: Events) -> None:
         """Run the jobs of ``events`` (and those they trigger) now, on this thread."""
         for root in events.refine:
             self._backfill(root, self.run_inline)
         for root in events.remat:
-            self._rematerialize(root, self.run_inline, hands.get(root) if hands else None)
+            self._rematerialize(root, self.run_inline)
 
-    def _backfill(self, root: int, then: Then) -> None:
+    def _backfill(self, root: int, then: Callable[[Events], None]) -> None:
         """Refinement: register every member of ``root`` at the point below it, then publish.
 
         The members are read under the directory lock, as in a rematerialization: a member
@@ -266,39 +255,25 @@ class Index:
                 d.backfill_member(build, seg.segment_id, seg.block_ids, events)
             d.publish(build)
         self._count(backfills=1)
-        then(events, None)
+        then(events)
 
-    def _rematerialize(self, root: int, then: Then, hand: InHand | None = None) -> None:
-        """Pruning undone: re-place every member of ``root`` privately, then publish at once.
-
-        Members that the triggering insert still holds current (``hand``) are not read again.
-        While it is current, so is every member read here (they all start in its window), and
-        the rematerializations this one triggers, of entries below, take them from here."""
+    def _rematerialize(self, root: int, then: Callable[[Events], None]) -> None:
+        """Pruning undone: re-place every member of ``root`` privately, then publish at once."""
         d = self.directory
         build = Build("remat", root)
         events = Events()
         with self._dir_lock:
-            have = hand.current() if hand is not None else {}
-            segs = self._members(root, have)
-            for seg in segs:
+            for seg in self._members(root):
                 d.place(seg.segment_id, seg.start, seg.block_ids, build, events)
             d.publish(build)
         self._count(rematerializations=1)
-        if have and events.remat:
-            hand = InHand(hand.window, hand.stamp, {s.segment_id: s for s in segs}, hand.clock)
-            then(events, dict.fromkeys(events.remat, hand))
-        else:
-            then(events, None)
+        then(events)
 
-    def _members(self, root: int, have: dict[int, Any] | None = None) -> list[Any]:
-        """The segments of entry ``root``'s posting list: those in ``have`` (current), the
-        rest read in one batch; a segment the routing directory names but the store lacks is
-        corruption, never skipped."""
+    def _members(self, root: int) -> list[Any]:
+        """The segments of entry ``root``'s posting list, read in one batch; a segment the
+        routing directory names but the store lacks is corruption, never skipped."""
         ids = self.directory.table.refs(root)[0].tolist()
-        have = have or {}
-        need = [sid for sid in ids if sid not in have]
-        got = dict(zip(need, self.segments.read_many(need), strict=True))
-        segs = [have[sid] if sid in have else got[sid] for sid in ids]
+        segs = self.segments.read_many(ids)
         missing = [sid for sid, seg in zip(ids, segs, strict=True) if seg is None]
         if missing:
             raise CorruptionError(f"segments {missing} of routing entry {root} are missing "

@@ -21,14 +21,13 @@ import numpy as np
 from sarp._core.segment_codec import Segment
 from sarp._core.verify import common_prefix
 from sarp.config import Config
-from sarp.matched_prefix import InHand, Tail
+from sarp.matched_prefix import Tail
 from sarp.matching import COUNTERS, matcher
 from sarp.routing import RoutingDirectory
 from sarp.segments import SegmentStore
 
-#: called with the written segments (decoded), in order, once they are stored, and a function
-#: that returns what the insert holds of their window (``InHand``): registers them
-OnWrite = Callable[[list, Callable[[], InHand]], None]
+#: called with the written segments (decoded), in order, once they are stored: registers them
+OnWrite = Callable[[list], None]
 #: the lock of the window whose first block ID is given (see ``insert``)
 WindowLock = Callable[[int], threading.Lock]
 
@@ -48,8 +47,6 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
     Written segments are stored in one batch and then passed to ``on_write`` in window order:
     before the next window is matched (so a match sees every earlier window registered), and
     at the end, which after an extension or a divergence covers every later window at once.
-    With them goes what the insert holds (``InHand``): the segments it wrote and those it read
-    or took from the tail while matching the window it wrote in, under that window's lock.
 
     ``window_lock(q[ws])`` is held from the match of window ws until what it decided for that
     window is stored and registered. Every insert that could extend or copy a segment starting
@@ -63,26 +60,11 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
     n = len(q)
     pending: list = []  # (segment, record) encoded but not yet stored
     held: list[threading.Lock] = []  # the window lock held now, if any
-    seen: dict[int, Segment] = {}  # segments of the window matched last, read or from the tail
-
-    def read(segment_id: int) -> Segment | None:
-        seg = segments.read(segment_id)
-        if seg is not None:
-            seen[seg.segment_id] = seg
-        return seg
 
     def store_pending() -> None:
-        written = [seg for seg, _ in pending]
-        # Only the first segment can change a stored one (extension); the later windows of a
-        # batch get new segments. Until registered, matches started now see no tail.
-        first = written[0]
-        window = int(first.block_ids[0])
-        stamp = segments.writes.begin(window)
-        try:
+        with segments.writes.writing():  # until registered: matches started now see no tail
             segments.put_all([(seg.segment_id, raw) for seg, raw in pending])
-            on_write(written, lambda: _in_hand(first, window, stamp, seen, segments))
-        finally:
-            segments.writes.end()
+            on_write([seg for seg, _ in pending])
         pending.clear()
 
     def release() -> None:
@@ -98,19 +80,17 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
                 if pending:
                     store_pending()
                 release()  # the previous window is stored and registered
-                seen.clear()
                 if window_lock is not None:
                     held.append(window_lock(int(q[ws])))
                     held[0].acquire()
                 known_here = None
                 if tail is not None and tail.window == ws and tail.current():
                     known_here, decided = _from_tail(tail, q, we)
-                    seen[tail.result.segment_id] = tail.result
                 if known_here is not None and decided:
                     found = known_here
                 else:
                     if m is None:
-                        m = matcher(cfg, directory, segments, q, max_retrieval, read)
+                        m = matcher(cfg, directory, segments, q, max_retrieval)
                     found = m.match(ws, known_here)
                 found_end, stored = found
             if diverged or stored is None or found_end == ws:
@@ -144,15 +124,6 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
     if m is not None:
         st.update(m.stats())
     return st
-
-
-def _in_hand(written: Segment, window: int, stamp: int, seen: dict[int, Segment],
-             segments: SegmentStore) -> InHand:
-    """What an insert holds of the window it just wrote: the segment it wrote there and the
-    ones of that window it read (or took from the tail) while matching it, under its lock."""
-    hand = {sid: seg for sid, seg in seen.items() if seg.start == written.start}
-    hand[written.segment_id] = written
-    return InHand(window, stamp, hand, segments.writes)
 
 
 def _from_tail(tail: Tail, q: np.ndarray, we: int) -> tuple[tuple[int, Segment], bool]:

@@ -26,43 +26,25 @@ from sarp._core.verify import common_prefix
 
 class WriteClock:
     """Counts the writes that change what a match can find (begun and ended), so a thread can
-    tell that none began since it took a stamp, and that none was in flight then. It also
-    keeps, per stripe of windows (a window's first block ID modulo ``STRIPES``), the stamp
-    of the latest write begun there that may change the window's stored segments."""
-
-    STRIPES = 64
+    tell that none began since it took a stamp, and that none was in flight then."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._begun = 0
         self._ended = 0
-        self._latest = [0] * self.STRIPES
-
-    def begin(self, window: int | None = None) -> int:
-        """Start a write, before its first store write; returns its stamp (the writes begun,
-        this one too). ``window``: the first block ID of the window whose stored segments it
-        may change. Pair with ``end`` once the write is registered."""
-        with self._lock:
-            self._begun += 1
-            if window is not None:
-                self._latest[window % self.STRIPES] = self._begun
-            return self._begun
-
-    def end(self) -> None:
-        """The write begun last by this caller is registered."""
-        with self._lock:
-            self._ended += 1
 
     def writing(self) -> WriteClock:
-        """Use as ``with clock.writing():`` around a write that changes no window's segments
-        (``begin``/``end`` otherwise)."""
+        """Use as ``with clock.writing():`` around a write, from before its first store write
+        until it is registered."""
         return self
 
-    def __enter__(self) -> int:
-        return self.begin()
+    def __enter__(self) -> None:
+        with self._lock:
+            self._begun += 1
 
     def __exit__(self, *exc: object) -> None:
-        self.end()
+        with self._lock:
+            self._ended += 1
 
     def stamp(self) -> int | None:
         """The writes begun so far, or None while one is in flight (nothing can be relied on)."""
@@ -72,30 +54,6 @@ class WriteClock:
     def unchanged(self, stamp: int | None) -> bool:
         """Whether no write has begun since ``stamp`` was taken."""
         return stamp is not None and self._begun == stamp
-
-    def latest_in(self, window: int) -> int:
-        """The stamp of the latest write begun in the stripe of the window whose first block
-        ID is ``window``."""
-        return self._latest[window % self.STRIPES]
-
-
-@dataclass(slots=True)
-class InHand:
-    """Segments of one window that an insert holds decoded, read or written under that
-    window's lock (first block ID ``window``) in the write that began at ``stamp``. They are
-    what the store holds while no later write has begun in the window's stripe: every writer
-    of the window's segments holds its lock and marks its stripe (``current``). A
-    rematerialization triggered by that write takes its members from here instead of reading
-    them again."""
-
-    window: int
-    stamp: int
-    segments: dict[int, Any]
-    clock: WriteClock
-
-    def current(self) -> dict[int, Any]:
-        """The segments, or nothing once another write has begun in the window's stripe."""
-        return self.segments if self.clock.latest_in(self.window) == self.stamp else {}
 
 
 @dataclass(slots=True)

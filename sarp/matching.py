@@ -10,7 +10,6 @@ returned that verification did not confirm.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,10 +35,9 @@ class MatchResult:
 
 
 def matcher(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: np.ndarray,
-            max_retrieval: int, read: Callable[[int], Any] | None = None) -> WindowMatcher:
-    """The per-window matcher of query ``q`` (block IDs); ``max_retrieval`` 0 is unbounded.
-    ``read``: how a candidate is read (default ``segments.read``)."""
-    return WindowMatcher(directory.table, read or segments.read, q, cfg.segment_blocks,
+            max_retrieval: int) -> WindowMatcher:
+    """The per-window matcher of query ``q`` (block IDs); ``max_retrieval`` 0 is unbounded."""
+    return WindowMatcher(directory.table, segments.read, q, cfg.segment_blocks,
                          directory.probe_offsets, n_fields=cfg.filter_fields,
                          bits=cfg.field_bits, stride=cfg.stride, filtering=cfg.filtering,
                          max_retrieval=max_retrieval,

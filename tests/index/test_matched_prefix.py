@@ -10,7 +10,7 @@ import pytest
 
 import sarp
 from sarp.baselines import open_baseline
-from sarp.matched_prefix import InHand, MatchedPrefix, WriteClock
+from sarp.matched_prefix import MatchedPrefix
 
 
 def _ids(n: int, start: int = 1) -> np.ndarray:
@@ -36,23 +36,6 @@ def test_recall_is_the_remembered_prefix_of_the_same_thread_only():
     t.start()
     t.join()
     assert seen == [(0, None)]
-
-
-def test_segments_in_hand_stay_current_until_a_write_in_their_window_stripe():
-    clock = WriteClock()
-    window = 7
-    stamp = clock.begin(window)
-    hand = InHand(window, stamp, {3: "segment 3"}, clock)
-    clock.end()
-    assert hand.current() == {3: "segment 3"}
-    clock.begin(window + 1)  # another stripe: the window is untouched
-    clock.end()
-    with clock.writing():  # a write that changes no window's segments
-        pass
-    assert hand.current() == {3: "segment 3"}
-    clock.begin(window + WriteClock.STRIPES)  # another window in the same stripe
-    clock.end()
-    assert hand.current() == {}  # may have changed: nothing is relied on
 
 
 def test_tail_needs_the_whole_matched_query_and_no_write_since_the_stamp():

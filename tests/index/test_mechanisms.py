@@ -127,59 +127,6 @@ def test_pruning_follows_the_preceding_list_size(tmp_path):
         assert index.directory.table.probe(int(k4)) >= 0
 
 
-def test_rematerialization_takes_the_members_its_trigger_holds(tmp_path):
-    """The fourth insert reads the three members while matching its window, writes the
-    fourth, and its placement triggers the rematerialization: it reads nothing more."""
-    threshold = 3
-    with sarp.open(tmp_path / "i", backend="memory", background=False, refinement=False,
-                   pruning_threshold=threshold, **BASE) as index:
-        seqs = [divergent(6, i) for i in range(threshold + 1)]
-        k0, k4 = sarp.block_ids(seqs[0], 1)[[0, 4]]
-        for s in seqs[:threshold]:
-            index.insert(tokens=s)
-        reads = index.stats()["store"]["logical_reads"]
-        st = index.insert(tokens=seqs[threshold])
-        assert st["segments_retrieved"] == threshold
-        assert index.stats()["rematerializations"] == 1
-        assert index.stats()["store"]["logical_reads"] - reads == threshold
-        assert members(index, k4) == members(index, k0) and len(members(index, k0)) == 4
-
-
-@pytest.mark.parametrize("write_between", [False, True])
-def test_a_write_in_the_window_before_the_rematerialization_makes_it_read(tmp_path,
-                                                                         write_between):
-    """The rematerialization waits in the queue. If nothing was written in its window's stripe
-    since its trigger, it reads no member; after such a write, it reads every member."""
-    threshold = 3
-    index = sarp.open(tmp_path / "i", backend="memory", background=True, refinement=False,
-                      pruning_threshold=threshold, **BASE)
-    release = threading.Event()
-    try:
-        seqs = [divergent(6, i) for i in range(threshold + 2)]
-        k0, k4 = sarp.block_ids(seqs[0], 1)[[0, 4]]
-        for s in seqs[:threshold]:
-            index.insert(tokens=s)
-        index.drain()
-        index._worker.submit(lambda: release.wait(30))  # the worker lags behind the inserts
-        index.insert(tokens=seqs[threshold])  # triggers the rematerialization
-        if write_between:
-            index.insert(tokens=seqs[threshold + 1])  # the same window: joins the list
-        batches = []
-        real = index.segments.read_many
-        index.segments.read_many = lambda ids: batches.append(sorted(ids)) or real(ids)
-        release.set()
-        index.drain()
-        assert index.stats()["rematerializations"] == 1
-        read = [sid for batch in batches for sid in batch]
-        assert read == (sorted(members(index, k0)) if write_between else [])
-        assert members(index, k4) == members(index, k0)
-        for s in seqs[:threshold + 1 + write_between]:
-            assert index.match(tokens=s).num_blocks == 8
-    finally:
-        release.set()
-        index.close()
-
-
 def test_rematerialization_of_a_missing_member_raises_corruption(tmp_path):
     threshold = 3
     with sarp.open(tmp_path / "i", backend="memory", background=False, refinement=False,
