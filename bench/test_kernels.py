@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from sarp._core.blockids import chain_block_ids, namespace_seed
+from sarp._core.bloom import K, build, newest_hit
 from sarp._core.filters import best_fields, candidate_order, filters_at, region_filter
 from sarp._core.segment_codec import decode_segment, encode_segment
 from sarp._core.verify import common_prefix
@@ -56,6 +57,12 @@ VERIFY_A = IDS.copy()
 VERIFY_B = IDS.copy()
 VERIFY_B[-1] ^= 1
 VERIFY_A_LIST, VERIFY_B_LIST = VERIFY_A.tolist(), VERIFY_B.tolist()
+# a flashlog chain of 64 pages of 64 keys (16 words each) and a key none of them holds
+PAGE_KEYS = RNG.integers(0, 2**64, size=(64, 64), dtype=np.uint64)
+CHAIN_WORDS = np.concatenate([build(keys, 16) for keys in PAGE_KEYS])
+CHAIN_PAGES = np.array([(16 * j, 0, 1024) for j in range(64)], dtype=np.uint32)
+CHAIN_LISTS = [CHAIN_WORDS[16 * j:16 * (j + 1)].tolist() for j in range(64)]
+ABSENT = int(RNG.integers(0, 2**64, dtype=np.uint64))
 
 
 @pytest.mark.benchmark(group="block_ids (1024 tokens, 64 blocks)")
@@ -141,3 +148,21 @@ def test_verify_reference(benchmark):
 @pytest.mark.benchmark(group="verification (64 blocks, differ at the end)")
 def test_verify_reference_on_lists(benchmark):
     benchmark(ref.common_prefix, VERIFY_A_LIST, 0, VERIFY_B_LIST, 0)
+
+
+def _chain_walk(h: int) -> list[int]:
+    hits, j = [], len(CHAIN_PAGES)
+    while (j := newest_hit(CHAIN_WORDS, CHAIN_PAGES, j, h)) >= 0:
+        hits.append(j)
+    return hits
+
+
+@pytest.mark.benchmark(group="page Bloom chain (64 pages, absent key)")
+def test_bloom_chain_kernel(benchmark):
+    benchmark(_chain_walk, ABSENT)
+
+
+@pytest.mark.benchmark(group="page Bloom chain (64 pages, absent key)")
+def test_bloom_chain_reference(benchmark):
+    benchmark(lambda: [j for j in range(63, -1, -1)
+                       if ref.bloom_may_hold(CHAIN_LISTS[j], ABSENT, K)])

@@ -140,7 +140,7 @@ class FlashLogStore(RecordStore):
             self._garbage += size if tombstone else 0
         elif tombstone:
             self._garbage += old_size + size
-        elif self._log.may_contain(inst, h, bloom.probes(kb)):
+        elif self._log.may_contain(inst, h, bloom.filter_hash(kb)):
             self._garbage += size
         buf[key] = (TOMBSTONE if tombstone else PUT, value)
         self._buffered[inst] += size
@@ -225,7 +225,7 @@ class FlashLogStore(RecordStore):
         found = self._buffers[inst].get(key)
         if found is not None:
             return found
-        return self._log.find(inst, h, bloom.probes(kb), key)
+        return self._log.find(inst, h, bloom.filter_hash(kb), key)
 
     def _get_many(self, keys: list[int]) -> list[bytes | None]:
         out: list[bytes | None] = []

@@ -74,10 +74,10 @@ class Chain:
         self.nwords = need
         self.n += 1
 
-    def hits(self, probe: np.ndarray) -> np.ndarray:
-        """Pages whose filter may hold the key, newest first."""
-        m = self.meta[:self.n]
-        return bloom.chain_hits(self.words, m[:, 0], m[:, 2] & np.uint32(0xFFFF), probe)[::-1]
+    def newest_hit(self, fh: int, before: int) -> int:
+        """The newest page below ``before`` whose filter may hold the key of filter hash
+        ``fh``, or -1."""
+        return bloom.newest_hit(self.words, self.meta, before, fh)
 
     def page(self, j: int) -> tuple[int, int, bool]:
         """(start block, blocks, exact) of page ``j``."""
@@ -146,8 +146,9 @@ class PageLog:
         stream, firsts, fences = self._layout(encoded)
         fence_set = set(fences)
         exact = all(fence(h) in fence_set for h, _ in encoded)
-        words = bloom.build([bloom.probes(k.to_bytes(8, "little")) for _, k, _, _ in recs],
-                            bloom.words_for(len(recs), exact))
+        words = bloom.build(
+            np.array([bloom.filter_hash(k.to_bytes(8, "little")) for _, k, _, _ in recs],
+                     dtype=np.uint64), bloom.words_for(len(recs), exact))
         ndata = len(firsts)
         if _PAGE.size + 8 * len(words) + 2 * ndata > self.payload:
             if len(recs) == 1:
@@ -187,23 +188,27 @@ class PageLog:
         self.record_bytes += rec_bytes
 
     # -- reading -----------------------------------------------------------------------------
-    def find(self, inst: int, h: int, probe: np.ndarray, key: int) -> tuple[int, bytes] | None:
-        """(type, value) of the newest record of ``key`` in the log, or None."""
+    def find(self, inst: int, h: int, fh: int, key: int) -> tuple[int, bytes] | None:
+        """(type, value) of the newest record of ``key`` (hash ``h``, filter hash ``fh``) in
+        the log, or None."""
         chain = self.chains[inst]
-        if chain.n == 0:
-            return None
-        for j in chain.hits(probe).tolist():
+        j = chain.newest_hit(fh, chain.n)
+        while j >= 0:
             found = self._find_in_page(chain, j, h, key)
             if found is not None:
                 return found
+            j = chain.newest_hit(fh, j)
         return None
 
-    def may_contain(self, inst: int, h: int, probe: np.ndarray) -> bool:
+    def may_contain(self, inst: int, h: int, fh: int) -> bool:
         """Whether the log may hold a record of the key, judged in DRAM (filters, fences)."""
         chain = self.chains[inst]
-        if chain.n == 0:
-            return False
-        return any(self._fence_range(chain, j, h) is not None for j in chain.hits(probe).tolist())
+        j = chain.newest_hit(fh, chain.n)
+        while j >= 0:
+            if self._fence_range(chain, j, h) is not None:
+                return True
+            j = chain.newest_hit(fh, j)
+        return False
 
     def _fence_range(self, chain: Chain, j: int, h: int) -> tuple[int, int] | None:
         """(first block, block count) of page ``j`` that can hold a record of hash ``h``, or

@@ -190,3 +190,23 @@ def match_window(probe, refs, read, q: list[int], ws: int, window_blocks: int,
         if best_end >= we:
             break
     return best_end, best, st
+
+
+def bloom_probes(h: int, nbits: int, k: int) -> list[int]:
+    """The k bits of a filter of ``nbits`` bits that filter hash ``h`` sets: double hashing,
+    (h >> 32) + i * ((h & 0xFFFFFFFF) | 1) modulo nbits (docs/flashlog_format.txt)."""
+    a, b = h >> 32, (h & 0xFFFFFFFF) | 1
+    return [(a + i * b) % nbits for i in range(k)]
+
+
+def bloom_build(hashes: list[int], nwords: int, k: int) -> list[int]:
+    """The filter words (as ints) holding every key of ``hashes``."""
+    words = [0] * nwords
+    for h in hashes:
+        for pos in bloom_probes(h, nwords * 64, k):
+            words[pos // 64] |= 1 << (pos % 64)
+    return words
+
+
+def bloom_may_hold(words: list[int], h: int, k: int) -> bool:
+    return all(words[pos // 64] >> (pos % 64) & 1 for pos in bloom_probes(h, len(words) * 64, k))
