@@ -34,8 +34,8 @@ def open_store(
     """Open (or create) the store of ``kind`` at ``path``.
 
     ``dense_keys``: the caller's keys are small integers allocated densely from 0 (SARP's
-    segment ids), so an engine that can address records by key does (odirect's dense mode);
-    explicit ``options`` take precedence.
+    segment ids), so an engine that can address records by key does (odirect's dense mode),
+    and WiredTiger keeps larger pages; explicit ``options`` take precedence.
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {sorted(KINDS)}, got {kind!r}")

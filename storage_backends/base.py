@@ -76,8 +76,9 @@ class RecordStore(ABC):
     See docs/durability.md for what each engine guarantees.
 
     ``persistent`` is False for an engine whose contents do not survive ``close()`` (memory).
-    ``DENSE_KEYS`` are the open options with which the engine addresses records by key when a
-    caller's keys are small integers allocated densely from 0 (``open_store(dense_keys=True)``).
+    ``DENSE_KEYS`` are the open options the engine takes when a caller's keys are small
+    integers allocated densely from 0 (``open_store(dense_keys=True)``): odirect then addresses
+    records by key, WiredTiger uses larger pages.
     """
 
     kind: str = ""

@@ -12,6 +12,7 @@ not run while other threads are still calling the store.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from sarp.errors import StoreError
 from storage_backends.base import RecordStore, claim_directory
 
 TABLE = "table:records"
+FILE = "file:records.wt"  # the table's file, whose metadata holds its page sizes
 MIN_CACHE = 1 << 20  # WiredTiger refuses a smaller cache_size
 SESSION_MAX = 1000
 RECORD_OVERHEAD = 128  # cache bytes an update costs beyond its key and value (estimate)
@@ -35,11 +37,15 @@ ROLLBACK_PAUSE_MAX = 0.1
 # half the cache before application threads help, and keep each transaction to 2% of it.
 EVICTION = "eviction_dirty_trigger=50,eviction_updates_trigger=40"
 TXN_CACHE_FRACTION = 50
-# 4 KB leaf pages (WiredTiger's default is 32 KB). With random keys (block hashes) and a cache
-# far smaller than the table, nearly every put and get of a missing page reads one leaf page
-# and evicts a dirty one: at 32 KB a put then moved about 25 KB each way. 4 KB is also
-# RocksDB's block size, so the two engines pay alike per random access.
-TABLE_CONFIG = "key_format=Q,value_format=u,leaf_page_max=4KB"
+# Leaf page size in KiB, by key pattern. Random keys (block hashes) in a cache far smaller than
+# the table: nearly every put and get of a missing page reads one leaf page and evicts a dirty
+# one, so small pages (4 KB, as RocksDB's blocks) move the least; at WiredTiger's default of
+# 32 KB a put moved about 25 KB each way. Dense keys (segment ids, appended in order and
+# rewritten while recent): recent records share pages, so WiredTiger's 32 KB keeps more of them
+# per cached byte.
+LEAF_PAGE_KB = 4
+DENSE_LEAF_PAGE_KB = 32
+MAX_LEAF_PAGE_KB = 512 << 10  # WiredTiger's limit, 512 MB
 # WiredTiger creates (and zero-fills) a log file at every open; at the default 100 MB that costs
 # about 0.1-0.3 s and 200 MB of disk, more than the rest of SARP's recovery. 4 MB files open in
 # about 10 ms; recovery still replays only the log since the last checkpoint.
@@ -63,10 +69,19 @@ class WiredTigerStore(RecordStore):
     """A ``RecordStore`` on a WiredTiger table (key_format=Q, value_format=u)."""
 
     kind = "wiredtiger"
+    DENSE_KEYS = {"leaf_page_kb": DENSE_LEAF_PAGE_KB}
 
     def __init__(self, path: str | Path, memory_budget: int = 64 << 20,
                  durability: str = "sync", direct_io: bool = True,
-                 checkpoint_seconds: int = 60, checkpoint_log_bytes: int = 64 << 20):
+                 checkpoint_seconds: int = 60, checkpoint_log_bytes: int = 64 << 20,
+                 leaf_page_kb: int = LEAF_PAGE_KB):
+        """``leaf_page_kb`` (a multiple of 4) applies when the table is created; an existing
+        table keeps its own (``stats()["leaf_page_kb"]``)."""
+        if isinstance(leaf_page_kb, bool) or not isinstance(leaf_page_kb, int):
+            raise TypeError(f"leaf_page_kb must be an integer, got {type(leaf_page_kb).__name__}")
+        if not (0 < leaf_page_kb <= MAX_LEAF_PAGE_KB and leaf_page_kb % 4 == 0):
+            raise ValueError(f"leaf_page_kb must be a multiple of 4 in [4, {MAX_LEAF_PAGE_KB}], "
+                             f"got {leaf_page_kb}")
         super().__init__(path, memory_budget, durability, direct_io)
         claim_directory(self.path, self.kind)
         home = self.path / "wt"
@@ -85,9 +100,17 @@ class WiredTigerStore(RecordStore):
         self._local = threading.local()
         self._handles: list[_Handle] = []
         self._handles_lock = threading.Lock()
-        setup = self._conn.open_session()
-        setup.create(TABLE, TABLE_CONFIG)
-        setup.close()
+        try:
+            setup = self._conn.open_session()
+            setup.create(TABLE, f"key_format=Q,value_format=u,leaf_page_max={leaf_page_kb}KB")
+            meta = setup.open_cursor("metadata:")
+            meta.set_key(FILE)
+            meta.search()
+            self.leaf_page_kb = _leaf_page_kb(meta.get_value())
+            setup.close()
+        except BaseException:
+            self._conn.close()
+            raise
 
     def _handle(self) -> _Handle:
         h = getattr(self._local, "handle", None)
@@ -212,6 +235,18 @@ class WiredTigerStore(RecordStore):
     def _engine_stats(self) -> dict[str, Any]:
         cursor = self._handle().session.open_cursor("statistics:")
         try:
-            return {f"wt_{name}": cursor[getattr(stat.conn, name)][2] for name in STATS}
+            out: dict[str, Any] = {f"wt_{name}": cursor[getattr(stat.conn, name)][2]
+                                   for name in STATS}
         finally:
             cursor.close()
+        out["leaf_page_kb"] = self.leaf_page_kb
+        return out
+
+
+def _leaf_page_kb(file_config: str) -> int:
+    """The leaf page size, in KiB, that a table file's metadata records."""
+    m = re.search(r"(?:^|,)leaf_page_max=(\d+)([KMG]?)B?(?:,|$)", file_config)
+    if m is None:
+        raise StoreError(f"WiredTiger metadata of {FILE} has no leaf_page_max")
+    size = int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2)]
+    return size >> 10

@@ -38,6 +38,8 @@ class BaselineIndex(ABC):
     design: ClassVar[str] = ""
     #: whether the design keeps its entries in a record store under ``path/store``
     uses_store: ClassVar[bool] = True
+    #: whether that store's keys are ids allocated densely from 0 (``open_store(dense_keys=)``)
+    dense_keys: ClassVar[bool] = False
     #: whether match changes in-memory state (so it must not run beside another operation)
     serial_match: ClassVar[bool] = False
     #: design-specific open() options, stored in Settings
@@ -70,7 +72,8 @@ class BaselineIndex(ABC):
         self._closed = False
         self._totals = {"matches": 0, "inserts": 0, "store_reads": 0, "store_writes": 0}
         self._matched = MatchedPrefix()
-        self.store: RecordStore | None = self._open_store(STORE_DIR) if self.uses_store else None
+        self.store: RecordStore | None = (self._open_store(STORE_DIR, dense_keys=self.dense_keys)
+                                            if self.uses_store else None)
         report = dict.fromkeys(RECOVERY_STAGES, 0)
         try:
             report.update(self._recover())

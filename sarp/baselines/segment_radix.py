@@ -51,6 +51,7 @@ class SegmentRadix(BaselineIndex):
     """Segments in the backend, exact radix tree in DRAM (optionally capped, with spilling)."""
 
     design = "segment_radix"
+    dense_keys = True  # segment ids, as SARP's
     serial_match = True
     options = ("capped",)
 
