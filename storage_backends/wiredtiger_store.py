@@ -40,7 +40,7 @@ TXN_CACHE_FRACTION = 50
 # Leaf page size in KiB, by key pattern. Random keys (block hashes) in a cache far smaller than
 # the table: nearly every put and get of a missing page reads one leaf page and evicts a dirty
 # one, so small pages (4 KB, as RocksDB's blocks) move the least; at WiredTiger's default of
-# 32 KB a put moved about 25 KB each way. Dense keys (segment ids, appended in order and
+# 32 KB such a put moves a whole page each way. Dense keys (segment ids, appended in order and
 # rewritten while recent): recent records share pages, so WiredTiger's 32 KB keeps more of them
 # per cached byte.
 LEAF_PAGE_KB = 4
