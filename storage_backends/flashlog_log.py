@@ -74,10 +74,13 @@ class Chain:
         self.nwords = need
         self.n += 1
 
-    def newest_hit(self, fh: int, before: int) -> int:
-        """The newest page below ``before`` whose filter may hold the key of filter hash
-        ``fh``, or -1."""
-        return bloom.newest_hit(self.words, self.meta, before, fh)
+    def hits(self, fh: int) -> Iterator[int]:
+        """Pages whose filter may hold the key of filter hash ``fh``, newest first, found one
+        at a time (a lookup usually stops at the first)."""
+        j = bloom.newest_hit(self.words, self.meta, self.n, fh)
+        while j >= 0:
+            yield j
+            j = bloom.newest_hit(self.words, self.meta, j, fh)
 
     def page(self, j: int) -> tuple[int, int, bool]:
         """(start block, blocks, exact) of page ``j``."""
@@ -192,23 +195,16 @@ class PageLog:
         """(type, value) of the newest record of ``key`` (hash ``h``, filter hash ``fh``) in
         the log, or None."""
         chain = self.chains[inst]
-        j = chain.newest_hit(fh, chain.n)
-        while j >= 0:
+        for j in chain.hits(fh):
             found = self._find_in_page(chain, j, h, key)
             if found is not None:
                 return found
-            j = chain.newest_hit(fh, j)
         return None
 
     def may_contain(self, inst: int, h: int, fh: int) -> bool:
         """Whether the log may hold a record of the key, judged in DRAM (filters, fences)."""
         chain = self.chains[inst]
-        j = chain.newest_hit(fh, chain.n)
-        while j >= 0:
-            if self._fence_range(chain, j, h) is not None:
-                return True
-            j = chain.newest_hit(fh, j)
-        return False
+        return any(self._fence_range(chain, j, h) is not None for j in chain.hits(fh))
 
     def _fence_range(self, chain: Chain, j: int, h: int) -> tuple[int, int] | None:
         """(first block, block count) of page ``j`` that can hold a record of hash ``h``, or
