@@ -1,4 +1,5 @@
-"""The index configuration: every parameter of the paper, with its default (DESIGN.md section 1).
+"""The index configuration: every parameter of the paper, with its default (docs/design.md
+section 1).
 
 The configuration is stored with the index (``sarp.json``); reopening with a conflicting one
 raises ``ConfigMismatchError``.

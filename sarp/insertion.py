@@ -1,4 +1,4 @@
-"""The insertion path (paper 4.1; DESIGN.md section 4).
+"""The insertion path (paper 4.1; docs/design.md section 4).
 
 For each window of the new sequence the matching path finds the stored segment with the
 longest shared prefix; the sequence then extends that segment in place (the shared prefix

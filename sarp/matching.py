@@ -1,4 +1,4 @@
-"""The matching path (paper 4.1; DESIGN.md section 3): the window-by-window driver.
+"""The matching path (paper 4.1; docs/design.md section 3): the window-by-window driver.
 
 Each window runs in compiled code (``sarp._core.window.WindowMatcher``): approximate routing,
 pre-retrieval filtering, retrieval and post-retrieval verification, calling back into Python

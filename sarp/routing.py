@@ -1,6 +1,6 @@
 """The routing directory: routing points K(p) -> posting lists of (segment id, filter).
 
-Placement (paper 4.2, 4.4; DESIGN.md sections 2, 5): a segment starting at s registers its
+Placement (paper 4.2, 4.4; docs/design.md sections 2, 5): a segment starting at s registers its
 base routing points s + i*D, the midpoint s + i*D + D/2 of interval i when the entry at that
 interval's base point is refined, and the last-block point s + S - 1 when the final interval's
 midpoint entry is refined. Pruning (Algorithm 2) skips a point when the preceding retained

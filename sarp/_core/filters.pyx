@@ -1,4 +1,4 @@
-"""Packed region filters and Algorithm 1 (DESIGN.md section 2).
+"""Packed region filters and Algorithm 1 (docs/design.md section 2).
 
 A filter packs N fields of b bits (N*b = 64) into one uint64, most significant field first;
 field i hashes the block IDs of region i = [p+(i-1)*stride, p+i*stride). Posting lists keep

@@ -1,4 +1,4 @@
-"""The matching path's per-window loop (paper 4.1, 4.3; DESIGN.md section 3).
+"""The matching path's per-window loop (paper 4.1, 4.3; docs/design.md section 3).
 
 For the query window [ws, we), we = min(ws + S, n):
 

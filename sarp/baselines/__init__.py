@@ -1,4 +1,4 @@
-"""The baselines SARP is compared against (paper 6.1, DESIGN.md section 7), with its API.
+"""The baselines SARP is compared against (paper 6.1, docs/design.md section 7), with its API.
 
 ``DESIGNS`` maps each design's name to its class; ``open_baseline(name, path, ...)`` opens one.
 """

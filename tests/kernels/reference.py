@@ -1,5 +1,5 @@
 """Plain-Python references for the compiled kernels: direct transcriptions of the definitions
-(DESIGN.md section 2, docs/block_ids_format.txt, docs/segment_format.txt), one loop step per
+(docs/design.md section 2, docs/block_ids_format.txt, docs/segment_format.txt), one loop step per
 block, candidate or byte-field, with no attempt at speed. The tests check the kernels against
 these and the microbenchmarks time the kernels against them."""
 
@@ -137,7 +137,7 @@ WINDOW_COUNTERS = ("windows", "routing_probes", "candidates_before", "candidates
 def match_window(probe, refs, read, q: list[int], ws: int, window_blocks: int,
                  offsets: list[int], n_fields: int = 8, bits: int = 8, stride: int = 2,
                  filtering: bool = True, max_retrieval: int = 3, known=None):
-    """(end, segment, counters) of one window, DESIGN.md section 3 step by step: route at the
+    """(end, segment, counters) of one window, docs/design.md section 3 step by step: route at the
     first offset (deepest first) whose key hits; rank the whole list by matched fields, then
     newest segment; read and verify in that order until the verified match reaches the next
     candidate's potential or the window end, at most max_retrieval reads (0: all).
