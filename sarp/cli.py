@@ -1,4 +1,4 @@
-"""The ``sarp`` command: maintenance of an index directory.
+"""The sarp command: maintenance of an existing index directory.
 
     sarp rebuild PATH [--backend KIND]   rebuild the routing directory from a full segment scan
     sarp stats PATH [--backend KIND]     open (recover) the index and print its statistics
@@ -8,22 +8,33 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 
 import sarp
+from sarp.index import CONFIG_FILE
 from storage_backends import KINDS
+
+COMMANDS = {
+    "rebuild": "rebuild the routing directory from a full scan of the segment store and "
+               "publish it as a new snapshot (when no usable snapshot is left)",
+    "stats": "recover the index and print its recovery report and statistics as JSON",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sarp", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, text in (("rebuild", "rebuild the routing directory from the segment store"),
-                       ("stats", "recover the index and print its statistics as JSON")):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("path")
-        p.add_argument("--backend", default="wiredtiger", choices=sorted(KINDS))
+    for name, text in COMMANDS.items():
+        p = sub.add_parser(name, help=text, description=text)
+        p.add_argument("path", help="the index directory (made by sarp.open)")
+        p.add_argument("--backend", choices=sorted(KINDS),
+                       help="the record store's kind (default: the one the index has)")
     args = parser.parse_args(argv)
     try:
+        if not (Path(args.path) / CONFIG_FILE).is_file():
+            raise ValueError(f"path {args.path!r} holds no SARP index")
         if args.command == "rebuild":
             report = sarp.rebuild(args.path, backend=args.backend)
         else:
@@ -32,8 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     except (sarp.errors.SarpError, ValueError) as exc:
         print(f"sarp {args.command}: {exc}", file=sys.stderr)
         return 1
-    json.dump(report, sys.stdout, indent=1, default=str)
-    print()
+    try:
+        json.dump(report, sys.stdout, indent=1, default=str)
+        print()
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader (e.g. head) has gone: not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

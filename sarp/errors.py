@@ -39,6 +39,10 @@ class StoreClosedError(StoreError):
     """The store was used after close()."""
 
 
+class StoreLockedError(StoreError):
+    """The store is already open: one handle at a time, across threads and processes."""
+
+
 class StoreKindError(StoreError):
     """The path holds a store of another kind, or is not a store directory."""
 

@@ -15,6 +15,7 @@ Back-fills, rematerializations and snapshot exports take the directory lock.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -41,6 +42,7 @@ from storage_backends.io import FileIO
 
 CONFIG_FILE = "sarp.json"
 STORE_DIR = "store"
+DEFAULT_BACKEND = "wiredtiger"
 #: the index counter of each match counter
 MATCH_COUNTER = {k: f"match_{k}" for k in COUNTERS}
 #: the counters an insert adds from its result
@@ -220,6 +222,7 @@ class Index:
             self.store.close()
 
     def __enter__(self) -> Index:
+        self._check_open()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -323,9 +326,10 @@ class Index:
         self.snapshot()
         self._remove_older_than(self.epoch)
 
-    def _remove_older_than(self, keep_from: int) -> None:
-        """Delete snapshots and journals before ``keep_from``: the previous snapshot and the
-        journals after it stay, so a damaged newest snapshot still has a fallback."""
+    def _remove_older_than(self, keep_from: float) -> None:
+        """Delete snapshots and journals before ``keep_from`` (``math.inf``: all): the previous
+        snapshot and the journals after it stay, so a damaged newest snapshot still has a
+        fallback."""
         for p in snapshot.candidates(self.path):
             if snapshot.FILES.seq(p) < keep_from:
                 self.io.unlink(p)
@@ -340,6 +344,8 @@ class Index:
             raise IndexClosedError(f"index at {str(self.path)!r} is closed")
 
     def _query_ids(self, tokens: Any, ids: Any, namespace: bytes | None) -> np.ndarray:
+        if namespace is not None and not isinstance(namespace, bytes):
+            raise TypeError(f"namespace must be bytes, got {type(namespace).__name__}")
         if namespace is not None and namespace != self.config.namespace:
             raise ValueError("namespace differs from the index's namespace "
                              f"({namespace!r} != {self.config.namespace!r})")
@@ -370,27 +376,41 @@ class Index:
         return value
 
 
-def open(path: str | os.PathLike, backend: str = "wiredtiger", *, memory_budget: int = 64 << 20,
-         durability: str = "sync", direct_io: bool = True, background: bool = True,
-         snapshot_every_inserts: int = 0, snapshot_every_seconds: float = 0.0,
-         snapshot_on_close: bool = True, store_options: dict[str, Any] | None = None,
-         _rebuild: bool = False, **config: Any) -> Index:
+def open(path: str | os.PathLike, backend: str | None = None, *,
+         memory_budget: int = 64 << 20, durability: str = "sync", direct_io: bool = True,
+         background: bool = True, snapshot_every_inserts: int = 0,
+         snapshot_every_seconds: float = 0.0, snapshot_on_close: bool = True,
+         store_options: dict[str, Any] | None = None, _rebuild: bool = False,
+         **config: Any) -> Index:
     """Create an index at ``path``, or reopen (recover) the one there.
 
-    ``config`` takes the paper's parameters (see ``sarp.config.Config``); on reopen, a given
-    parameter that conflicts with the stored configuration raises ``ConfigMismatchError``
-    (except ``max_retrieval``, which only changes how queries search). After a reopen,
-    ``index.recovery`` reports the time of each recovery step and the bytes read.
+    ``backend``: the record store's kind (``storage_backends.KINDS``); by default the kind of
+    the index already at ``path``, else ``DEFAULT_BACKEND``. ``config`` takes the paper's
+    parameters (see ``sarp.config.Config``); on reopen, a given parameter that conflicts with
+    the stored configuration raises ``ConfigMismatchError`` (except ``max_retrieval``, which
+    only changes how queries search). After a reopen, ``index.recovery`` reports the time of
+    each recovery step and the bytes read. One handle at a time: a second open of an open
+    index raises ``StoreLockedError``.
     """
     t0 = time.perf_counter()
     root = Path(path)
     if root.exists() and not root.is_dir():
         raise ValueError(f"path {str(root)!r} is a file, not an index directory")
+    _check_open_options(snapshot_every_inserts, snapshot_every_seconds,
+                        direct_io=direct_io, background=background,
+                        snapshot_on_close=snapshot_on_close)
     wanted = config_from_kwargs(config)
     cfg_file = root / CONFIG_FILE
     existing = cfg_file.exists()
+    if not existing and root.exists() and {p.name for p in root.iterdir()} - {STORE_DIR}:
+        raise ValueError(f"path {str(root)!r} is not empty and holds no SARP index")
     cfg = wanted.merged_with_stored(loads(cfg_file.read_text()), set(config)) if existing \
         else wanted
+    if backend is None:
+        backend = storage_backends.stored_kind(root / STORE_DIR) or DEFAULT_BACKEND
+    elif backend not in storage_backends.KINDS:
+        raise ValueError(f"backend must be one of {sorted(storage_backends.KINDS)}, "
+                         f"got {backend!r}")
     store = storage_backends.open_store(backend, root / STORE_DIR, memory_budget=memory_budget,
                        durability=durability, direct_io=direct_io, dense_keys=True,
                        **(store_options or {}))
@@ -402,6 +422,11 @@ def open(path: str | os.PathLike, backend: str = "wiredtiger", *, memory_budget:
                       snapshot_on_close=snapshot_on_close)
         if not existing:
             index.io.publish(cfg_file, dumps(cfg).encode())
+        elif not store.persistent:
+            # The store kept nothing across close(): the routing files name segments that
+            # are gone, so the index starts empty (with its stored configuration).
+            index._remove_older_than(math.inf)
+            existing = False
         if _rebuild:
             index._publish_rebuild()
         else:
@@ -414,7 +439,23 @@ def open(path: str | os.PathLike, backend: str = "wiredtiger", *, memory_budget:
     return index
 
 
-def rebuild(path: str | os.PathLike, backend: str = "wiredtiger", **kwargs: Any) -> dict[str, Any]:
+def _check_open_options(every_inserts: int, every_seconds: float, **flags: bool) -> None:
+    """The snapshot schedule and the on/off options of ``open``, checked by name."""
+    if isinstance(every_inserts, bool) or not isinstance(every_inserts, int) \
+            or every_inserts < 0:
+        raise ValueError("snapshot_every_inserts must be a non-negative integer (0: never), "
+                         f"got {every_inserts!r}")
+    if isinstance(every_seconds, bool) or not isinstance(every_seconds, (int, float)) \
+            or not 0 <= every_seconds < math.inf:
+        raise ValueError("snapshot_every_seconds must be a non-negative number (0: never), "
+                         f"got {every_seconds!r}")
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be a bool, got {value!r}")
+
+
+def rebuild(path: str | os.PathLike, backend: str | None = None,
+            **kwargs: Any) -> dict[str, Any]:
     """The slow path: rebuild the routing directory from a full scan of the segment store and
     publish it as a new snapshot (for when no usable snapshot exists). Returns a report."""
     if not (Path(path) / CONFIG_FILE).exists():

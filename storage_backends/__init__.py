@@ -7,10 +7,11 @@ an engine's dependency is only needed when that engine is used.
 from __future__ import annotations
 
 import importlib
+import inspect
 from pathlib import Path
 from typing import Any
 
-from storage_backends.base import DURABILITY_MODES, RecordStore
+from storage_backends.base import DURABILITY_MODES, RecordStore, stored_kind
 
 # kind -> (module, class name)
 KINDS: dict[str, tuple[str, str]] = {
@@ -41,10 +42,15 @@ def open_store(
         raise ValueError(f"kind must be one of {sorted(KINDS)}, got {kind!r}")
     module, cls = KINDS[kind]
     store_cls = getattr(importlib.import_module(module), cls)
+    takes = [name for name in inspect.signature(store_cls).parameters if name != "path"]
+    unknown = sorted(set(options) - set(takes))
+    if unknown:
+        raise TypeError(f"unknown option(s) of the {kind} store: {', '.join(unknown)} "
+                        f"(it takes: {', '.join(takes)})")
     if dense_keys:
         options = {**store_cls.DENSE_KEYS, **options}
     return store_cls(path, memory_budget=memory_budget, durability=durability,
                      direct_io=direct_io, **options)
 
 
-__all__ = ["DURABILITY_MODES", "KINDS", "RecordStore", "open_store"]
+__all__ = ["DURABILITY_MODES", "KINDS", "RecordStore", "open_store", "stored_kind"]

@@ -11,10 +11,12 @@ import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from sarp.errors import StoreClosedError, StoreKindError
+from storage_backends.io import File, FileIO
 
 DURABILITY_MODES = ("sync", "group", "none")
 MAX_KEY = (1 << 64) - 1
@@ -41,6 +43,12 @@ def check_value(value: object, name: str = "value") -> bytes:
     raise TypeError(f"{name} must be bytes, got {type(value).__name__}")
 
 
+def stored_kind(path: str | Path) -> str | None:
+    """The kind of the store at ``path`` (its ``STORE_KIND`` marker), or None if there is none."""
+    marker = Path(path) / KIND_FILE
+    return marker.read_text().strip() if marker.is_file() else None
+
+
 def claim_directory(path: str | Path, kind: str) -> Path:
     """Create or check the store directory ``path`` and its kind marker.
 
@@ -50,9 +58,8 @@ def claim_directory(path: str | Path, kind: str) -> Path:
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise StoreKindError(f"path {str(p)!r} is a file, not a store directory")
-    marker = p / KIND_FILE
-    if marker.exists():
-        found = marker.read_text().strip()
+    found = stored_kind(p)
+    if found is not None:
         if found != kind:
             raise StoreKindError(f"path {str(p)!r} holds a {found!r} store, not {kind!r}")
         return p
@@ -63,7 +70,7 @@ def claim_directory(path: str | Path, kind: str) -> Path:
     tmp.write_text(kind + "\n")
     with open(tmp, "rb+") as f:
         os.fsync(f.fileno())
-    tmp.rename(marker)
+    tmp.rename(p / KIND_FILE)
     return p
 
 
@@ -95,8 +102,11 @@ class RecordStore(ABC):
         self.path = Path(path)
         self.memory_budget = memory_budget
         self.durability = durability
-        self.direct_io = bool(direct_io)
+        if not isinstance(direct_io, bool):
+            raise TypeError(f"direct_io must be a bool, got {direct_io!r}")
+        self.direct_io = direct_io
         self._closed = False
+        self._lock_file: File | None = None  # held from ``_claim`` to ``close()``
         self._counter_lock = threading.Lock()
         self._counters = dict.fromkeys(
             ("logical_reads", "logical_writes", "logical_deletes", "bytes_read", "bytes_written",
@@ -165,6 +175,8 @@ class RecordStore(ABC):
         if not self._closed:
             self._close()
             self._closed = True
+            if self._lock_file is not None:
+                self._lock_file.close()
 
     def stats(self) -> dict[str, Any]:
         """Logical counters (exact) plus what the engine can tell about itself."""
@@ -180,12 +192,26 @@ class RecordStore(ABC):
         return self._closed
 
     def __enter__(self) -> RecordStore:
+        self._check_open()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- helpers for engines ----------------------------------------------------------------
+    @contextmanager
+    def _claim(self, io: FileIO | None = None) -> Iterator[None]:
+        """Create or check the store directory (``claim_directory``) and lock it until
+        ``close()`` (``FileIO.lock``): two open handles would each write the store's files
+        from their own state. The body opens the engine; if it raises, the lock is released."""
+        claim_directory(self.path, self.kind)
+        self._lock_file = (io or FileIO()).lock(self.path, f"{self.kind} store")
+        try:
+            yield
+        except BaseException:
+            self._lock_file.close()
+            raise
+
     def _check_open(self) -> None:
         if self._closed:
             raise StoreClosedError(f"{self.kind} store at {str(self.path)!r} is closed")

@@ -18,7 +18,7 @@ from typing import Any
 from sarp._core.hashing import xxh64
 from sarp.errors import ConfigMismatchError, CorruptionError
 from storage_backends import bloom
-from storage_backends.base import RecordStore, claim_directory
+from storage_backends.base import RecordStore
 from storage_backends.flashlog_log import BATCH_END, MAX_PAGE_KEYS, PUT, REC, TOMBSTONE, PageLog
 from storage_backends.flashlog_wal import Wal, WalHeader, read_wal, wal_path
 from storage_backends.io import FileIO, block_size
@@ -48,35 +48,36 @@ class FlashLogStore(RecordStore):
         super().__init__(path, memory_budget, durability, direct_io)
         if instances is not None and not (0 < instances <= 1 << 16):
             raise ValueError(f"instances must be in [1, 65536], got {instances}")
-        claim_directory(self.path, self.kind)
         self._io = io or FileIO()
-        self._lock = threading.RLock()
-        self.compactions = 0
-        manifest = self._open_manifest(instances)
-        self._ninst, self._block, log_no, log_synced, closed_wal, closed_blocks = manifest
-        self._page_target = min(MAX_PAGE_BLOCKS, max(
-            4, memory_budget // 2 // self._ninst // self._block)) * (self._block - 8)
-        self._wal_limit = max(4 << 20, 2 * self._ninst * self._page_target)
-        self._buffers: list[dict[int, tuple[int, bytes]]] = [{} for _ in range(self._ninst)]
-        self._buffered = [0] * self._ninst
-        wals = sorted(int(p.suffix[1:]) for p in self.path.glob("wal.*") if p.suffix[1:].isdigit())
-        header, batches, blocks = read_wal(self._io, wal_path(self.path, wals[-1]), self._block)
-        if header.number == closed_wal and blocks < closed_blocks:
-            raise CorruptionError(f"wal.{closed_wal}: block {blocks} fails its checks")
-        synced = header.synced_blocks if header.log_number == log_no else log_synced
-        self._log = self._new_log(log_no)
-        self._log.recover(synced)
-        self._garbage = header.garbage
-        self._wal: Wal | None = None
-        for batch in batches:
-            for t, k, v in batch:
-                self._apply_delete(k) if t == TOMBSTONE else self._apply(k, v)
-        self._rotate_wal(header.number + 1)
-        for n in wals:
-            self._io.unlink(wal_path(self.path, n))
-        for p in self.path.glob("log.*"):
-            if p != self._log.path:
-                self._io.unlink(p)
+        with self._claim(self._io):
+            self._lock = threading.RLock()
+            self.compactions = 0
+            manifest = self._open_manifest(instances)
+            self._ninst, self._block, log_no, log_synced, closed_wal, closed_blocks = manifest
+            self._page_target = min(MAX_PAGE_BLOCKS, max(
+                4, memory_budget // 2 // self._ninst // self._block)) * (self._block - 8)
+            self._wal_limit = max(4 << 20, 2 * self._ninst * self._page_target)
+            self._buffers: list[dict[int, tuple[int, bytes]]] = [{} for _ in range(self._ninst)]
+            self._buffered = [0] * self._ninst
+            wals = sorted(int(p.suffix[1:]) for p in self.path.glob("wal.*")
+                          if p.suffix[1:].isdigit())
+            header, batches, blocks = read_wal(self._io, wal_path(self.path, wals[-1]), self._block)
+            if header.number == closed_wal and blocks < closed_blocks:
+                raise CorruptionError(f"wal.{closed_wal}: block {blocks} fails its checks")
+            synced = header.synced_blocks if header.log_number == log_no else log_synced
+            self._log = self._new_log(log_no)
+            self._log.recover(synced)
+            self._garbage = header.garbage
+            self._wal: Wal | None = None
+            for batch in batches:
+                for t, k, v in batch:
+                    self._apply_delete(k) if t == TOMBSTONE else self._apply(k, v)
+            self._rotate_wal(header.number + 1)
+            for n in wals:
+                self._io.unlink(wal_path(self.path, n))
+            for p in self.path.glob("log.*"):
+                if p != self._log.path:
+                    self._io.unlink(p)
 
     # -- files ---------------------------------------------------------------------------------
     def _open_manifest(self, instances: int | None) -> tuple[int, ...]:

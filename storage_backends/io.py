@@ -9,6 +9,7 @@ tmpfs), reads and writes page-aligned buffers, syncs files and directories, and 
 from __future__ import annotations
 
 import errno
+import fcntl
 import mmap
 import os
 import random
@@ -17,7 +18,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from sarp.errors import StoreLockedError
+
 MIN_BLOCK = 4096
+LOCK_FILE = "LOCK"
 SECTOR = 512
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 
@@ -99,6 +103,19 @@ class FileIO:
                     raise
                 self._warn_fallback(p)
         return File(self, p, os.open(p, flags, 0o644), False)
+
+    def lock(self, directory: str | Path, what: str) -> File:
+        """Lock ``directory`` for one handle: an exclusive ``flock`` of its LOCK file, held
+        until the returned file is closed or the process ends (even by kill -9). A second
+        lock, from this process or another, raises ``StoreLockedError`` naming ``what``."""
+        f = self.open(Path(directory) / LOCK_FILE, direct=False)
+        try:
+            fcntl.flock(f.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            raise StoreLockedError(f"{what} at {str(directory)!r} is already open (in this "
+                                   "or another process); close it first") from None
+        return f
 
     def read_whole(self, path: str | Path) -> bytearray:
         """All bytes of the existing file ``path`` (buffered: superblocks, WAL files)."""

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from storage_backends.base import RecordStore, claim_directory
+from storage_backends.base import RecordStore
 
 
 class MemoryStore(RecordStore):
@@ -25,9 +25,9 @@ class MemoryStore(RecordStore):
     def __init__(self, path: str | Path, memory_budget: int = 64 << 20,
                  durability: str = "none", direct_io: bool = False):
         super().__init__(path, memory_budget, durability, direct_io)
-        claim_directory(self.path, self.kind)
-        self._data: dict[int, bytes] = {}
-        self._lock = threading.Lock()
+        with self._claim():
+            self._data: dict[int, bytes] = {}
+            self._lock = threading.Lock()
 
     def _put_many(self, pairs: list[tuple[int, bytes]]) -> None:
         with self._lock:

@@ -20,7 +20,7 @@ from typing import Any
 
 from sarp._core.hashing import xxh64
 from sarp.errors import BadLengthError, ConfigMismatchError, CorruptionError
-from storage_backends.base import RecordStore, claim_directory
+from storage_backends.base import RecordStore
 from storage_backends.io import FileIO, aligned_buffer, block_size, round_up
 from storage_backends.superblock import read_superblock, write_superblock
 
@@ -55,22 +55,22 @@ class ODirectStore(RecordStore):
             raise ValueError(f"key_mode must be one of {KEY_MODES}, got {key_mode!r}")
         if max_value_size is not None and max_value_size < 0:
             raise ValueError(f"max_value_size must be >= 0, got {max_value_size}")
-        claim_directory(self.path, self.kind)
         self._io = io or FileIO()
-        self._lock = threading.RLock()
-        clean = self._open_header(key_mode, max_value_size)
-        self._slot_bytes = 2 * self._vbytes
-        self._data = self._io.open(self.path / "slots.dat", direct=self.direct_io)
-        self._local = threading.local()  # each reader thread's aligned read buffer
-        self._wbuf = aligned_buffer(self._vbytes)
-        self._nslots = -(-self._data.size() // self._slot_bytes)
-        self._slot_of: dict[int, int] = {}
-        self._free: list[int] = []
-        #: bit s set: copy 1 of slot s holds the newest version (else copy 0, or none)
-        self._newer = bytearray()
-        if self._sparse or not clean or not self._load_copies():
-            self._load_slots(repair=not clean)
-        self._write_header(clean=False)
+        with self._claim(self._io):
+            self._lock = threading.RLock()
+            clean = self._open_header(key_mode, max_value_size)
+            self._slot_bytes = 2 * self._vbytes
+            self._data = self._io.open(self.path / "slots.dat", direct=self.direct_io)
+            self._local = threading.local()  # each reader thread's aligned read buffer
+            self._wbuf = aligned_buffer(self._vbytes)
+            self._nslots = -(-self._data.size() // self._slot_bytes)
+            self._slot_of: dict[int, int] = {}
+            self._free: list[int] = []
+            #: bit s set: copy 1 of slot s holds the newest version (else copy 0, or none)
+            self._newer = bytearray()
+            if self._sparse or not clean or not self._load_copies():
+                self._load_slots(repair=not clean)
+            self._write_header(clean=False)
 
     # -- header and the saved newest-copy bits -------------------------------------------------
     def _open_header(self, key_mode: str | None, max_value_size: int | None) -> bool:

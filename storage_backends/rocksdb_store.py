@@ -26,7 +26,7 @@ from rocksdict import (
     WriteOptions,
 )
 
-from storage_backends.base import RecordStore, claim_directory
+from storage_backends.base import RecordStore
 
 _KEY = struct.Struct(">Q")
 MIN_BUFFER = 64 << 10
@@ -44,30 +44,30 @@ class RocksDBStore(RecordStore):
     def __init__(self, path: str | Path, memory_budget: int = 64 << 20,
                  durability: str = "sync", direct_io: bool = True):
         super().__init__(path, memory_budget, durability, direct_io)
-        claim_directory(self.path, self.kind)
-        opts = Options(raw_mode=True)
-        opts.create_if_missing(True)
-        self._cache = Cache(max(MIN_BUFFER, memory_budget // 2))
-        table = BlockBasedOptions()
-        table.set_block_cache(self._cache)
-        table.set_cache_index_and_filter_blocks(True)
-        table.set_bloom_filter(10, False)
-        table.set_index_type(BlockBasedIndexType.two_level_index_search())
-        table.set_partition_filters(True)
-        table.set_pin_top_level_index_and_filter(True)
-        table.set_pin_l0_filter_and_index_blocks_in_cache(True)
-        opts.set_block_based_table_factory(table)
-        opts.set_write_buffer_size(max(MIN_BUFFER, memory_budget // 4))
-        opts.set_max_write_buffer_number(2)
-        opts.set_max_background_jobs(2)
-        if self.direct_io:
-            opts.set_use_direct_reads(True)
-            opts.set_use_direct_io_for_flush_and_compaction(True)
-        self._write_opts = WriteOptions()
-        self._write_opts.sync = durability == "sync"
-        # Naming the default column family's options keeps them on reopen: without it rocksdict
-        # takes them from the OPTIONS file, which cannot hold the block cache (8 MiB default).
-        self._db = Rdict(str(self.path / "db"), opts, column_families={"default": opts})
+        with self._claim():
+            opts = Options(raw_mode=True)
+            opts.create_if_missing(True)
+            self._cache = Cache(max(MIN_BUFFER, memory_budget // 2))
+            table = BlockBasedOptions()
+            table.set_block_cache(self._cache)
+            table.set_cache_index_and_filter_blocks(True)
+            table.set_bloom_filter(10, False)
+            table.set_index_type(BlockBasedIndexType.two_level_index_search())
+            table.set_partition_filters(True)
+            table.set_pin_top_level_index_and_filter(True)
+            table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+            opts.set_block_based_table_factory(table)
+            opts.set_write_buffer_size(max(MIN_BUFFER, memory_budget // 4))
+            opts.set_max_write_buffer_number(2)
+            opts.set_max_background_jobs(2)
+            if self.direct_io:
+                opts.set_use_direct_reads(True)
+                opts.set_use_direct_io_for_flush_and_compaction(True)
+            self._write_opts = WriteOptions()
+            self._write_opts.sync = durability == "sync"
+            # Naming the default column family's options keeps them on reopen: without it rocksdict
+            # takes them from the OPTIONS file, which cannot hold the block cache (8 MiB default).
+            self._db = Rdict(str(self.path / "db"), opts, column_families={"default": opts})
 
     def _put_many(self, pairs: list[tuple[int, bytes]]) -> None:
         batch = WriteBatch(raw_mode=True)

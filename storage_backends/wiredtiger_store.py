@@ -23,7 +23,7 @@ import wiredtiger
 from wiredtiger import stat
 
 from sarp.errors import StoreError
-from storage_backends.base import RecordStore, claim_directory
+from storage_backends.base import RecordStore
 
 TABLE = "table:records"
 FILE = "file:records.wt"  # the table's file, whose metadata holds its page sizes
@@ -83,34 +83,37 @@ class WiredTigerStore(RecordStore):
             raise ValueError(f"leaf_page_kb must be a multiple of 4 in [4, {MAX_LEAF_PAGE_KB}], "
                              f"got {leaf_page_kb}")
         super().__init__(path, memory_budget, durability, direct_io)
-        claim_directory(self.path, self.kind)
-        home = self.path / "wt"
-        home.mkdir(exist_ok=True)
-        self._cache_size = max(MIN_CACHE, memory_budget)
-        self._txn_bytes = max(16 << 10, self._cache_size // TXN_CACHE_FRACTION)
-        config = (f"create,cache_size={self._cache_size},session_max={SESSION_MAX},"
-                  f"log=(enabled=true,remove=true,file_max={LOG_FILE_MAX}),statistics=(fast),{EVICTION},"
-                  f"checkpoint=(wait={checkpoint_seconds},log_size={checkpoint_log_bytes})")
-        if self.direct_io:
-            config += ",direct_io=[data,checkpoint]"
-        try:
-            self._conn = wiredtiger.wiredtiger_open(str(home), config)
-        except wiredtiger.WiredTigerError as e:
-            raise StoreError(f"cannot open WiredTiger at {str(home)!r} ({config}): {e}") from e
-        self._local = threading.local()
-        self._handles: list[_Handle] = []
-        self._handles_lock = threading.Lock()
-        try:
-            setup = self._conn.open_session()
-            setup.create(TABLE, f"key_format=Q,value_format=u,leaf_page_max={leaf_page_kb}KB")
-            meta = setup.open_cursor("metadata:")
-            meta.set_key(FILE)
-            meta.search()
-            self.leaf_page_kb = _leaf_page_kb(meta.get_value())
-            setup.close()
-        except BaseException:
-            self._conn.close()
-            raise
+        with self._claim():
+            home = self.path / "wt"
+            home.mkdir(exist_ok=True)
+            self._cache_size = max(MIN_CACHE, memory_budget)
+            self._txn_bytes = max(16 << 10, self._cache_size // TXN_CACHE_FRACTION)
+            config = (f"create,cache_size={self._cache_size},session_max={SESSION_MAX},"
+                      f"log=(enabled=true,remove=true,file_max={LOG_FILE_MAX}),"
+                      f"statistics=(fast),{EVICTION},"
+                      f"checkpoint=(wait={checkpoint_seconds},log_size={checkpoint_log_bytes})")
+            if self.direct_io:
+                config += ",direct_io=[data,checkpoint]"
+            try:
+                self._conn = wiredtiger.wiredtiger_open(str(home), config)
+            except wiredtiger.WiredTigerError as e:
+                raise StoreError(f"cannot open WiredTiger at {str(home)!r} ({config}): {e}") \
+                    from e
+            self._local = threading.local()
+            self._handles: list[_Handle] = []
+            self._handles_lock = threading.Lock()
+            try:
+                setup = self._conn.open_session()
+                setup.create(TABLE,
+                             f"key_format=Q,value_format=u,leaf_page_max={leaf_page_kb}KB")
+                meta = setup.open_cursor("metadata:")
+                meta.set_key(FILE)
+                meta.search()
+                self.leaf_page_kb = _leaf_page_kb(meta.get_value())
+                setup.close()
+            except BaseException:
+                self._conn.close()
+                raise
 
     def _handle(self) -> _Handle:
         h = getattr(self._local, "handle", None)

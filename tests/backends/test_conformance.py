@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import random
+import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sarp.errors import StoreClosedError, StoreKindError
+from sarp.errors import ConfigMismatchError, StoreClosedError, StoreKindError, StoreLockedError
 from storage_backends import RecordStore, open_store
 from storage_backends.base import KIND_FILE, MAX_KEY, claim_directory
 
@@ -306,6 +309,51 @@ def test_value_not_bytes(store: RecordStore, bad: object) -> None:
         store.put_many([(2, b"ok"), (3, bad)])  # type: ignore[list-item]
     assert store.get_many([1, 2, 3]) == [None, None, None]  # a bad batch writes nothing
     assert store.stats()["logical_writes"] == 0
+
+
+def test_one_open_handle_at_a_time(kind: str, open_kind: Any, tmp_path: Path) -> None:
+    """A second open of an open store, which would write its files from a second state,
+    raises; the first handle is unaffected, and once it is closed the store opens again."""
+    path = tmp_path / "s"
+    first = open_kind(kind, path, durability="sync")
+    first.put(1, b"kept")
+    with pytest.raises(StoreLockedError, match=kind):
+        open_kind(kind, path, durability="sync")
+    first.put(2, b"also kept")
+    assert first.get_many([1, 2]) == [b"kept", b"also kept"]
+    first.close()
+    with open_kind(kind, path, durability="sync") as again:
+        expected = [b"kept", b"also kept"] if again.persistent else [None, None]
+        assert again.get_many([1, 2]) == expected
+
+
+def test_lock_is_held_across_processes_until_the_holder_dies(kind: str, open_kind: Any,
+                                                             tmp_path: Path) -> None:
+    """Another process's open handle locks the store out; kill -9 of that process frees it."""
+    path = tmp_path / "s"
+    holder = ("import sys; from storage_backends import open_store; "
+              "s = open_store(sys.argv[1], sys.argv[2], memory_budget=8 << 20); "
+              "print('open', flush=True); sys.stdin.read()")
+    proc = subprocess.Popen([sys.executable, "-c", holder, kind, str(path)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "open\n"
+        with pytest.raises(StoreLockedError):
+            open_kind(kind, path)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    open_kind(kind, path).put(1, b"x")
+
+
+def test_failed_open_releases_the_lock(open_kind: Any, tmp_path: Path) -> None:
+    """An open that fails after locking the directory releases it."""
+    path = tmp_path / "s"
+    open_kind("flashlog", path, instances=2).close()
+    with pytest.raises(ConfigMismatchError):
+        open_kind("flashlog", path, instances=3)
+    with open_kind("flashlog", path) as s:
+        s.put(1, b"x")
 
 
 def test_bad_open_arguments(kind: str, tmp_path: Path) -> None:

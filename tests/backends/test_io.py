@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from sarp.errors import StoreLockedError
 from storage_backends import io as sio
 from storage_backends.io import FileIO, PowerLossIO, aligned_buffer, block_size
 
@@ -58,6 +59,17 @@ def test_map_private_reads_the_file_and_never_writes_it(tmp_path: Path) -> None:
     lost.crash()
     with pytest.raises(OSError):
         lost.map_private(path)
+
+
+def test_lock_is_exclusive_until_closed_or_power_lost(tmp_path: Path) -> None:
+    held = FileIO().lock(tmp_path, "the thing")
+    with pytest.raises(StoreLockedError, match="the thing"):
+        FileIO().lock(tmp_path, "the thing")  # another handle, even in this process
+    held.close()
+    lost = PowerLossIO()
+    lost.lock(tmp_path, "the thing")
+    lost.crash()  # the process is gone: its lock with it
+    FileIO().lock(tmp_path, "the thing").close()
 
 
 def test_o_direct_refused_falls_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

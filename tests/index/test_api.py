@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import sarp
-from sarp.errors import ConfigMismatchError, IndexClosedError
+from sarp.errors import ConfigMismatchError, IndexClosedError, StoreLockedError
 
 
 @pytest.fixture
@@ -48,6 +48,7 @@ def test_match_returns_blocks_tokens_ids_and_metadata(index):
         (dict(tokens=np.arange(64.0)), TypeError, "tokens"),
         (dict(tokens=[1, 2, -3] * 20), ValueError, "tokens"),
         (dict(tokens=np.arange(64), namespace=b"other-model"), ValueError, "namespace"),
+        (dict(tokens=np.arange(64), namespace=""), TypeError, "namespace must be bytes"),
         (dict(tokens=np.arange(64), block_ids=np.arange(4, dtype=np.uint64)), TypeError,
          "block_ids"),
         (dict(block_ids=[1.5, 2.5]), TypeError, "block_ids"),
@@ -106,3 +107,74 @@ def test_closed_index_raises(tmp_path):
         idx.match(tokens=np.arange(32))
     with pytest.raises(IndexClosedError):
         idx.insert(tokens=np.arange(32))
+    with pytest.raises(IndexClosedError):
+        with idx:
+            pass
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, word",
+    [
+        (dict(backend="nosuch"), ValueError, "backend must be one of"),
+        (dict(backend="flashlog", store_options={"bogus": 1}), TypeError, "bogus"),
+        (dict(snapshot_every_inserts=-5), ValueError, "snapshot_every_inserts"),
+        (dict(snapshot_every_inserts=2.5), ValueError, "snapshot_every_inserts"),
+        (dict(snapshot_every_seconds=-1), ValueError, "snapshot_every_seconds"),
+        (dict(snapshot_every_seconds="10"), ValueError, "snapshot_every_seconds"),
+        (dict(direct_io="no"), TypeError, "direct_io"),
+        (dict(background=1), TypeError, "background"),
+        (dict(snapshot_on_close=None), TypeError, "snapshot_on_close"),
+    ],
+)
+def test_bad_open_options_raise_and_create_nothing(tmp_path, kwargs, exc, word):
+    with pytest.raises(exc, match=word):
+        sarp.open(tmp_path / "i", **kwargs)
+    assert not (tmp_path / "i").exists()
+
+
+def test_a_directory_holding_other_files_is_refused(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not empty and holds no SARP index"):
+        sarp.open(tmp_path, backend="memory")
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+def test_reopen_finds_the_backend(tmp_path):
+    t = tokens(200)
+    with sarp.open(tmp_path / "i", backend="flashlog") as index:
+        index.insert(tokens=t)
+    with sarp.open(tmp_path / "i") as index:
+        assert index.store.kind == "flashlog" and index.match(tokens=t).num_blocks == 12
+    with sarp.open(tmp_path / "new") as index:
+        assert index.store.kind == sarp.index.DEFAULT_BACKEND
+
+
+def test_memory_backend_reopens_empty(tmp_path):
+    """The memory store keeps nothing across close(); the routing files it left name segments
+    that are gone, so a reopen starts empty instead of reporting blocks it cannot match."""
+    with sarp.open(tmp_path / "i", backend="memory") as index:
+        index.insert(tokens=tokens(200))
+        index.snapshot()
+        index.insert(tokens=tokens(200, 1))
+    with sarp.open(tmp_path / "i", backend="memory") as index:
+        names = sorted(p.name for p in (tmp_path / "i").iterdir())
+        assert names == ["journal-0000000000000000.log", "sarp.json", "store"]
+        assert index.stats()["indexed_blocks"] == 0 and index.stats()["routing_entries"] == 0
+        assert index.match(tokens=tokens(200)).num_blocks == 0
+        index.insert(tokens=tokens(200, 2))
+        assert index.match(tokens=tokens(200, 2)).num_blocks == 12
+
+
+@pytest.mark.parametrize("backend", ["memory", "odirect"])
+def test_second_open_of_an_open_index_raises(tmp_path, backend):
+    """Two handles would each journal and snapshot their own routing state over the other's."""
+    t = tokens(200)
+    with sarp.open(tmp_path / "i", backend=backend) as first:
+        first.insert(tokens=t)
+        files = sorted(p.name for p in (tmp_path / "i").iterdir())
+        with pytest.raises(StoreLockedError):
+            sarp.open(tmp_path / "i", backend=backend)
+        assert sorted(p.name for p in (tmp_path / "i").iterdir()) == files
+        assert first.match(tokens=t).num_blocks == 12
+    with sarp.open(tmp_path / "i", backend=backend) as again:
+        assert again.match(tokens=t).num_blocks == (12 if backend == "odirect" else 0)

@@ -1,0 +1,49 @@
+"""The ``sarp`` maintenance command: finds the backend, refuses paths that hold no index."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import sarp
+from sarp.cli import main
+
+
+@pytest.fixture
+def index_path(tmp_path):
+    path = tmp_path / "i"
+    with sarp.open(path, backend="odirect") as index:
+        index.insert(tokens=np.arange(640))
+    return path
+
+
+def test_stats_uses_the_index_backend(index_path, capsys):
+    assert main(["stats", str(index_path)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["store"]["kind"] == "odirect" and report["indexed_blocks"] == 40
+
+
+@pytest.mark.parametrize("command", ["stats", "rebuild"])
+def test_a_path_without_an_index_is_refused_and_left_alone(command, tmp_path, capsys):
+    assert main([command, str(tmp_path / "typo")]) == 1
+    assert "holds no SARP index" in capsys.readouterr().err
+    assert not (tmp_path / "typo").exists()
+
+
+def test_a_mismatched_backend_is_refused(index_path, capsys):
+    assert main(["stats", str(index_path), "--backend", "rocksdb"]) == 1
+    assert "'odirect' store, not 'rocksdb'" in capsys.readouterr().err
+
+
+def test_a_closed_pipe_is_not_an_error(index_path):
+    proc = subprocess.Popen([sys.executable, "-m", "sarp.cli", "stats", str(index_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader leaves before the report is written
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err
