@@ -25,9 +25,11 @@ import random
 import shutil
 import statistics
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sarp.bench.cli import arg_type, out_directory, positive_count
 from sarp.bench.disk import drop_page_cache
 from storage_backends import KINDS, open_store
 
@@ -192,21 +194,36 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def _size(text: str) -> int:
+    """A value size: a positive integer below the random pool ``value_of`` draws from."""
+    size = positive_count(text)
+    if size >= len(_POOL):
+        raise ValueError(f"{text!r} is not below {len(_POOL)} bytes")
+    return size
+
+
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, nargs="+", default=[100_000])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1536, 4096])
-    parser.add_argument("--engines", nargs="+", default=None,
-                        help="kinds to run (default: every persistent kind that imports)")
+    positive = arg_type(positive_count)
+    parser.add_argument("--records", type=positive, nargs="+", default=[100_000],
+                        help="record counts (default 100000)")
+    parser.add_argument("--sizes", type=arg_type(_size), nargs="+", default=[1536, 4096],
+                        help="value sizes in bytes (default 1536 4096)")
+    parser.add_argument("--engines", nargs="+", choices=KINDS, default=None, metavar="KIND",
+                        help=f"kinds to run, from {', '.join(KINDS)} (default: every "
+                             "persistent kind that imports)")
     parser.add_argument("--buffered", action=argparse.BooleanOptionalAction, default=True,
                         help="also run each engine with direct_io=False")
-    parser.add_argument("--reads", type=int, default=20_000, help="gets per repeat")
-    parser.add_argument("--puts", type=int, default=5_000, help="puts per repeat")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--reads", type=positive, default=20_000,
+                        help="gets per repeat (default 20000)")
+    parser.add_argument("--puts", type=positive, default=5_000,
+                        help="puts per repeat (default 5000)")
+    parser.add_argument("--repeats", type=positive, default=3,
+                        help="repeats of each measurement, medians reported (default 3)")
+    parser.add_argument("--out", type=out_directory, required=True)
     parser.add_argument("--workdir", type=Path, default=None,
                         help="where stores are built (default: OUT/work); must allow O_DIRECT")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     workdir = args.workdir or args.out / "work"
     workdir.mkdir(parents=True, exist_ok=True)
     engines = args.engines or available_kinds()

@@ -10,11 +10,13 @@ from __future__ import annotations
 import argparse
 import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import sarp
 from sarp.baselines import open_baseline
-from sarp.bench.catalog import check_workload, load_workload
+from sarp.bench.catalog import WORKLOADS, check_workload, load_workload
+from sarp.bench.cli import arg_type
 from sarp.bench.replay import prepare
 
 
@@ -42,10 +44,11 @@ def held_replay(name: str, work: Path) -> dict[str, float]:
             "loss_pct": 100 * (want - got) / want if want else 0.0}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("workloads", nargs="+", type=check_workload)
-    args = ap.parse_args()
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("workloads", nargs="+", type=arg_type(check_workload),
+                    help=f"from {', '.join(WORKLOADS)}, mooncake:PATH")
+    args = ap.parse_args(argv)
     for name in args.workloads:
         with tempfile.TemporaryDirectory() as tmp:
             r = held_replay(name, Path(tmp))

@@ -23,6 +23,11 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+from sarp.bench.backends import check_backend
+from sarp.bench.catalog import check_workload
+from sarp.bench.cli import arg_type, positive_count, positive_number
+from sarp.bench.designs import DESIGNS
+
 RATE = 250  # samples per second and thread
 TOP = 15
 
@@ -30,7 +35,7 @@ TOP = 15
 def replay(args: argparse.Namespace) -> None:
     """The profiled program: build the workload, open the design, replay with N threads."""
     from sarp.bench.catalog import load_workload
-    from sarp.bench.designs import DESIGNS, Setup
+    from sarp.bench.designs import Setup
     from sarp.bench.replay import ENTRY_BYTES, Prepared, prepare, replay_threads
 
     p: Prepared = prepare(args.workload, load_workload(args.workload, args.scale))
@@ -82,17 +87,17 @@ def summary(out: Path, label: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workload", default="trace/magagent")
-    ap.add_argument("--design", default="sarp")
-    ap.add_argument("--backend", default="wiredtiger")
-    ap.add_argument("--threads", type=int, default=8)
-    ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--workload", type=arg_type(check_workload), default="trace/magagent")
+    ap.add_argument("--design", choices=DESIGNS, default="sarp")
+    ap.add_argument("--backend", type=arg_type(check_backend), default="wiredtiger")
+    ap.add_argument("--threads", type=arg_type(positive_count), default=8)
+    ap.add_argument("--scale", type=positive_number, default=1.0)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--workdir", type=Path, default=None, help="where the index is built")
     ap.add_argument("--replay-only", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.replay_only:
         replay(args)
         return

@@ -9,6 +9,8 @@ subsets together; a ``scale`` below 1 keeps that fraction of its sessions, the f
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 
 from sarp.bench.mooncake import read_mooncake
 from sarp.bench.synthetic import NAMES, synthetic
@@ -22,8 +24,16 @@ MOONCAKE = "mooncake:"
 
 
 def check_workload(name: str) -> str:
-    """Return ``name`` if it names a workload, else raise ValueError naming it."""
-    if name in WORKLOADS or (name.startswith(MOONCAKE) and len(name) > len(MOONCAKE)):
+    """Return ``name`` if it names a workload (for ``mooncake:PATH``, a readable file), else
+    raise ValueError naming it."""
+    if name.startswith(MOONCAKE) and len(name) > len(MOONCAKE):
+        path = Path(name[len(MOONCAKE):])
+        if not path.exists():
+            raise ValueError(f"Mooncake trace {str(path)!r} does not exist")
+        if not (path.is_file() and os.access(path, os.R_OK)):
+            raise ValueError(f"Mooncake trace {str(path)!r} is not a readable file")
+        return name
+    if name in WORKLOADS:
         return name
     raise ValueError(f"unknown workload {name!r} (choose from {', '.join(WORKLOADS)}, "
                      f"or {MOONCAKE}PATH)")

@@ -11,8 +11,10 @@ Each command writes results.json, report.md and plots to --out (default results/
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +47,28 @@ def _recovery_design(name: str) -> str:
     return name
 
 
-def _count(text: str) -> int:
-    value = int(float(text))
-    if value < 0 or value != float(text):
-        raise ValueError(f"{text!r} is not a non-negative integer")
-    return value
+def count(text: str, positive: bool = False) -> int:
+    """``text`` as a non-negative (or ``positive``) integer, ``1e6`` allowed, else ValueError."""
+    try:
+        value = float(text)
+        if value >= (1 if positive else 0) and value.is_integer():
+            return int(value)
+    except ValueError:
+        pass
+    raise ValueError(f"{text!r} is not a {'positive' if positive else 'non-negative'} integer")
+
+
+def arg_type(check: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type: ``check``, its ValueError becoming the argument's error message."""
+    def parse(text: str) -> Any:
+        try:
+            return check(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return parse
+
+
+positive_count = partial(count, positive=True)
 
 
 def _list(check: Callable[[str], Any], allow_none: bool = False) -> Callable[[str], list]:
@@ -57,33 +76,40 @@ def _list(check: Callable[[str], Any], allow_none: bool = False) -> Callable[[st
     def parse(text: str) -> list:
         if allow_none and text == "none":
             return []
-        try:
-            items = [check(t.strip()) for t in text.split(",") if t.strip()]
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
+        items = [check(t.strip()) for t in text.split(",") if t.strip()]
         if not items:
-            raise argparse.ArgumentTypeError("empty list")
+            raise ValueError("empty list")
         return items
-    return parse
+    return arg_type(parse)
 
 
-def _positive(text: str) -> float:
+def positive_number(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive and finite")
     return value
 
 
+def out_directory(text: str) -> Path:
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} exists and is not a directory")
+    return path
+
+
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", type=Path, help="results directory (default results/<timestamp>)")
+    p.add_argument("--out", type=out_directory,
+                   help="results directory (default results/<timestamp>)")
     p.add_argument("--durability", choices=DURABILITY_MODES, default="group",
                    help="store durability mode (default group: write-ahead log, synced on "
                         "flush)")
-    p.add_argument("--seed", type=int, default=0, help="synthetic workload seed")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
+    p.add_argument("--seed", type=arg_type(count), default=0,
+                   help="synthetic workload seed (default 0)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="nothing on stderr (bars are shown only when it is a terminal)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -95,34 +121,46 @@ def parser() -> argparse.ArgumentParser:
                    help=f"comma-separated, from {', '.join(WORKLOADS)}, mooncake:PATH")
     r.add_argument("--designs", type=_list(_design), help=f"from {', '.join(DESIGNS)}")
     r.add_argument("--backends", type=_list(check_backend), help=f"from {', '.join(KINDS)}")
-    r.add_argument("--scale", type=_positive, help="workload scale (sessions multiplier)")
-    r.add_argument("--repeat", type=int, help="repetitions per row (medians reported)")
+    r.add_argument("--scale", type=positive_number, help="workload scale (sessions multiplier)")
+    r.add_argument("--repeat", type=arg_type(positive_count),
+                   help="repetitions per row (medians reported)")
     r.add_argument("--quick", action="store_true",
                    help="a few minutes: small scale, 5 repetitions, time-boxed replays")
-    r.add_argument("--time-limit", type=_positive, help="seconds per replay before cutting it")
-    r.add_argument("--threads", type=_list(_count, allow_none=True),
+    r.add_argument("--time-limit", type=positive_number,
+                   help="seconds per replay before cutting it")
+    r.add_argument("--threads", type=_list(positive_count, allow_none=True),
                    help="request-thread counts for the scaling table, or none")
-    r.add_argument("--sweep", type=_list(_count, allow_none=True),
+    r.add_argument("--sweep", type=_list(count, allow_none=True),
                    help="MaxRetrieval values (0 = unbounded), or none")
-    r.add_argument("--recovery-blocks", type=_list(_count, allow_none=True),
+    r.add_argument("--recovery-blocks", type=_list(positive_count, allow_none=True),
                    help="sizes of the recovery section, or none")
     _common(r)
     rec = sub.add_parser("recovery", help="recovery against size, with Redis as the anchor")
-    rec.add_argument("--blocks", type=_list(_count), default=[1_000_000, 10_000_000])
-    rec.add_argument("--workload", type=check_workload, default="trace/magagent")
+    rec.add_argument("--blocks", type=_list(positive_count),
+                     default=[1_000_000, 10_000_000],
+                     help="comma-separated index sizes in blocks (default 1000000,10000000)")
+    rec.add_argument("--workload", type=arg_type(check_workload), default="trace/magagent",
+                     help=f"the workload grown to each size, from {', '.join(WORKLOADS)}, "
+                          "mooncake:PATH (default trace/magagent)")
     rec.add_argument("--designs", type=_list(_recovery_design), default=list(RECOVERY_DESIGNS),
-                     help=f"from {', '.join(RECOVERY_DESIGNS)}")
-    rec.add_argument("--backend", type=check_backend, default="wiredtiger")
-    rec.add_argument("--repeat", type=int, default=3,
-                     help="reopens of each index (the median one is reported)")
+                     help=f"from {', '.join(RECOVERY_DESIGNS)} (default all)")
+    rec.add_argument("--backend", type=arg_type(check_backend), default="wiredtiger",
+                     help=f"from {', '.join(KINDS)} (default wiredtiger)")
+    rec.add_argument("--repeat", type=arg_type(positive_count), default=3,
+                     help="reopens of each index (the median one is reported; default 3)")
     _common(rec)
     sw = sub.add_parser("sweep", help="SARP's hit-rate loss against MaxRetrieval")
-    sw.add_argument("--workloads", type=_list(check_workload), default=QUICK_WORKLOADS)
-    sw.add_argument("--budgets", type=_list(_count), default=list(DEFAULT_BUDGETS))
-    sw.add_argument("--scale", type=_positive, default=1.0)
+    sw.add_argument("--workloads", type=_list(check_workload), default=QUICK_WORKLOADS,
+                    help=f"comma-separated, from {', '.join(WORKLOADS)}, mooncake:PATH "
+                         f"(default {','.join(QUICK_WORKLOADS)})")
+    sw.add_argument("--budgets", type=_list(count), default=list(DEFAULT_BUDGETS),
+                    help="comma-separated MaxRetrieval values, 0 = unbounded (default "
+                         f"{','.join(map(str, DEFAULT_BUDGETS))})")
+    sw.add_argument("--scale", type=positive_number, default=1.0,
+                    help="workload scale (sessions multiplier; default 1)")
     _common(sw)
     rp = sub.add_parser("report", help="render report.md and the plots from results.json")
-    rp.add_argument("dir", type=Path)
+    rp.add_argument("dir", type=Path, help="a results directory (holding results.json)")
     return ap
 
 
@@ -152,11 +190,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.command == "report":
         try:
             print(rerender(a.dir))
-        except FileNotFoundError as exc:
+        except (OSError, ValueError) as exc:
             ap.error(f"argument dir: {exc}")
         return 0
-    if a.command in ("run", "recovery") and a.repeat is not None and a.repeat < 1:
-        ap.error("argument --repeat: must be at least 1")
     out = a.out or default_dir()
     progress = Progress(not a.no_progress)
     if a.command == "run":

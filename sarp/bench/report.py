@@ -102,6 +102,7 @@ def _header(meta: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
     if o:
         truncated = [f"{r['workload']} {r['design']} {r['backend']}" for r in rows
                      if r.get("truncated")]
+        limit = o.get("time_limit")
         lines += [
             f"- started {meta.get('started')}, {fmt(meta.get('seconds'))} s, "
             f"{'`--quick`' if o.get('quick') else 'full run'}; {o.get('repeat')} repetition(s) "
@@ -109,7 +110,8 @@ def _header(meta: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
             "r + 1 of any), medians reported", f"- scale {o.get('scale')}, seed {o.get('seed')}, "
             f"durability `{o.get('durability')}`, Python {meta.get('python')}, "
             f"{meta.get('cpus')} CPUs", f"- time limit per replay: "
-            f"{fmt(o.get('time_limit'))} s; cut short: {', '.join(truncated) or 'none'}",
+            f"{'none' if limit is None else f'{fmt(limit)} s'}; cut short: "
+            f"{', '.join(truncated) or 'none'}",
             f"- backends: {', '.join(o.get('backends', []))}; skipped: "
             + (", ".join(f"{k} ({v})" for k, v in meta.get("skipped_backends", {}).items())
                or "none"),

@@ -33,8 +33,15 @@ def write_results(out: Path, results: dict[str, Any]) -> Path:
 
 
 def load_results(out: Path) -> dict[str, Any]:
-    """The results of the directory ``out``."""
+    """The results of the directory ``out``; ValueError if its results.json is not one."""
     path = out / RESULTS_FILE
     if not path.is_file():
         raise FileNotFoundError(f"no {RESULTS_FILE} in {str(out)!r}")
-    return json.loads(path.read_text())
+    try:
+        results = json.loads(path.read_text())
+    except ValueError:  # not JSON, or not text
+        results = None
+    if not (isinstance(results, dict) and isinstance(results.get("meta"), dict)
+            and isinstance(results.get("rows"), list)):
+        raise ValueError(f"{str(path)!r} is not a sarp-bench results file")
+    return results

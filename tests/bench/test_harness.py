@@ -87,6 +87,16 @@ def test_files_are_written_and_reload(results):
     assert load_results(out)["rows"] == res["rows"]
     report = (out / "report.md").read_text()
     assert "SSD-BlockHash" in report and "n/a" in report
+    assert "time limit per replay: none;" in report  # no --time-limit: not "n/a s"
+
+
+def test_progress_bars_stay_out_of_a_log_but_notes_do_not(capsys):
+    with Progress().bar(3, "replay") as tick:  # capsys's stderr is not a terminal
+        for _ in range(3):
+            tick()
+    Progress().note("one line")
+    Progress(False).note("silenced")
+    assert capsys.readouterr().err == "one line\n"
 
 
 def test_report_says_when_the_budget_floor_exceeds_the_store(results):

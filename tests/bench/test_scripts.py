@@ -1,0 +1,74 @@
+"""The command lines of the scripts in bench/: argument errors and help."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def script(name: str):
+    """The module of ``bench/NAME.py`` (bench/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_lagging_worker_help_shows_the_whole_first_sentence(capsys):
+    with pytest.raises(SystemExit) as exc:
+        script("lagging_worker").main(["--help"])
+    assert exc.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "print SARP's hit-rate loss and its segment retrievals." in out
+
+
+def test_lagging_worker_names_an_unknown_workload_and_the_choices(capsys):
+    with pytest.raises(SystemExit) as exc:
+        script("lagging_worker").main(["bogus"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument workloads: unknown workload 'bogus' (choose from synthetic/" in err
+    assert "check_workload" not in err
+
+
+@pytest.mark.parametrize("option, value, says", [
+    ("--records", "-5", "'-5' is not a positive integer"),
+    ("--sizes", "0", "'0' is not a positive integer"),
+    ("--sizes", str(4 << 20), f"'{4 << 20}' is not below {2 << 20} bytes"),
+    ("--reads", "x", "'x' is not a positive integer"),
+    ("--puts", "0", "'0' is not a positive integer"),
+    ("--repeats", "1.5", "'1.5' is not a positive integer"),
+    ("--engines", "floppy", "invalid choice: 'floppy'"),
+])
+def test_backends_benchmark_refuses_bad_values_naming_the_option(option, value, says, tmp_path,
+                                                                  capsys):
+    with pytest.raises(SystemExit) as exc:
+        script("backends").main([option, value, "--out", str(tmp_path)])
+    assert exc.value.code == 2
+    assert f"argument {option}: {says}" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # refused before any work
+
+
+@pytest.mark.parametrize("option, value, says", [
+    ("--threads", "0", "'0' is not a positive integer"),
+    ("--scale", "inf", "must be positive and finite"),
+    ("--workload", "bogus", "unknown workload 'bogus'"),
+    ("--backend", "bogus", "bogus"),
+    ("--design", "bogus", "invalid choice: 'bogus'"),
+])
+def test_threads_profile_refuses_bad_values_naming_the_option(capsys, option, value, says):
+    with pytest.raises(SystemExit) as exc:
+        script("threads_profile").main([option, value, "--out", "unused"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}: " in err and says in err
+
+
+def test_backends_benchmark_refuses_an_out_that_is_a_file(tmp_path, capsys):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(SystemExit) as exc:
+        script("backends").main(["--out", str(tmp_path / "f")])
+    assert exc.value.code == 2
+    assert "argument --out: " in capsys.readouterr().err
