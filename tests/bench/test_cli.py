@@ -16,21 +16,12 @@ def no_runs(monkeypatch):
         monkeypatch.setattr(f"sarp.bench.cli.{name}", refuse)
 
 
-@pytest.mark.parametrize("args, named", [
-    (["run", "--workloads", "synthetic/nope"], "--workloads"),
-    (["run", "--designs", "sarp,nope"], "--designs"),
-    (["run", "--backends", "floppy"], "--backends"),
-    (["run", "--scale", "-1"], "--scale"),
-    (["recovery", "--designs", "nope"], "--designs"),
-])
-def test_unknown_names_exit_nonzero_naming_the_argument(args, named, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-    assert exc.value.code != 0
-    assert named in capsys.readouterr().err
-
-
 @pytest.mark.parametrize("args, says", [
+    (["run", "--workloads", "synthetic/nope"], "unknown workload 'synthetic/nope'"),
+    (["run", "--designs", "sarp,nope"], "unknown design 'nope'"),
+    (["run", "--backends", "floppy"], "unknown backend 'floppy'"),
+    (["run", "--scale", "-1"], "'-1' must be positive and finite"),
+    (["recovery", "--designs", "nope"], "unknown design 'nope'"),
     (["recovery", "--backend", "bogus"], "unknown backend 'bogus' (choose from memory,"),
     (["recovery", "--workload", "bogus"], "unknown workload 'bogus' (choose from synthetic/"),
     (["run", "--threads", "abc"], "'abc' is not a positive integer"),
