@@ -19,6 +19,7 @@ class WindowMatcher:
     candidates_after: int
     segments_retrieved: int
     blocks_verified: int
+    segments_missing: int
 
     def __init__(
         self,

@@ -42,7 +42,7 @@ cnp.import_array()
 
 #: the per-query counters, in the order ``WindowMatcher.stats`` reports them
 COUNTERS = ("windows", "routing_probes", "candidates_before", "candidates_after",
-            "segments_retrieved", "blocks_verified")
+            "segments_retrieved", "blocks_verified", "segments_missing")
 
 
 cdef cnp.ndarray u64_array(object x, str name):
@@ -89,7 +89,7 @@ cdef class WindowMatcher:
     cdef int n_fields, bits
     cdef bint filtering
     cdef public int64_t windows, routing_probes, candidates_before, candidates_after
-    cdef public int64_t segments_retrieved, blocks_verified
+    cdef public int64_t segments_retrieved, blocks_verified, segments_missing
 
     def __init__(self, table, read, q, Py_ssize_t window_blocks, probe_offsets, *,
                  int n_fields=8, int bits=8, Py_ssize_t stride=2, bint filtering=True,
@@ -118,7 +118,7 @@ cdef class WindowMatcher:
         """The counters by name (``COUNTERS``)."""
         return dict(zip(COUNTERS, (self.windows, self.routing_probes, self.candidates_before,
                                    self.candidates_after, self.segments_retrieved,
-                                   self.blocks_verified)))
+                                   self.blocks_verified, self.segments_missing)))
 
     cdef Py_ssize_t route(self, Window* w) except -2:
         """Approximate routing: the entry of the deepest routing point that hits, or -1."""
@@ -214,7 +214,9 @@ cdef class WindowMatcher:
             seg = self._read(sid[i])
             w.retrieved += 1
             self.segments_retrieved += 1
-            if seg is not None and seg.start == ws:
+            if seg is None:  # named by the routing directory, absent from the store: damage
+                self.segments_missing += 1
+            elif seg.start == ws:
                 block_ids = u64_array(seg.block_ids, "a segment's block_ids")
                 ids = u64_data(block_ids)
                 limit = min(cnp.PyArray_DIM(block_ids, 0), w.we - ws)

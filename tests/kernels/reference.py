@@ -131,7 +131,7 @@ def decode_segment(buf: bytes) -> tuple[int, int, int, int, list[int], bytes]:
 
 
 WINDOW_COUNTERS = ("windows", "routing_probes", "candidates_before", "candidates_after",
-                   "segments_retrieved", "blocks_verified")
+                   "segments_retrieved", "blocks_verified", "segments_missing")
 
 
 def match_window(probe, refs, read, q: list[int], ws: int, window_blocks: int,
@@ -181,6 +181,7 @@ def match_window(probe, refs, read, q: list[int], ws: int, window_blocks: int,
             break
         seg = read(segs[i])
         st["segments_retrieved"] += 1
+        st["segments_missing"] += seg is None
         if seg is None or seg.start != ws:
             continue
         length = common_prefix(q, ws, [int(b) for b in seg.block_ids], 0, we - ws)

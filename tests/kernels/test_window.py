@@ -124,7 +124,8 @@ def test_newest_full_field_candidate_is_read_first():
     end, seg = m.match(0)
     assert (end, seg.segment_id) == (8, 8)
     assert m.stats() == dict(windows=1, routing_probes=2, candidates_before=3,
-                             candidates_after=3, segments_retrieved=1, blocks_verified=8)
+                             candidates_after=3, segments_retrieved=1, blocks_verified=8,
+                             segments_missing=0)
 
 
 def test_a_known_match_spares_the_candidates_that_cannot_beat_it():
@@ -141,14 +142,14 @@ def test_a_known_match_spares_the_candidates_that_cannot_beat_it():
     assert m.match(0) == (3, segments[8]) and reads == [8]
 
 
-def test_missing_and_misplaced_segments_count_as_retrieved():
+def test_missing_and_misplaced_segments_count_as_retrieved_and_missing_ones_as_missing():
     q = [1, 2, 3, 4]
     table = Table({1: [(0, 0), (1, 0)]})
     stored = {1: Seg(1, 4, np.array(q, np.uint64))}  # 0 is absent; 1 starts in another window
     m = WindowMatcher(table, stored.get, np.array(q, np.uint64), 4, [0], n_fields=4, bits=16,
                       stride=1, filtering=False, max_retrieval=0)
     assert m.match(0) == (0, None)
-    assert m.segments_retrieved == 2 and m.blocks_verified == 0
+    assert m.segments_retrieved == 2 and m.blocks_verified == 0 and m.segments_missing == 1
     assert m.match(4) == (4, None)  # an empty window: nothing probed
     assert m.windows == 2 and m.routing_probes == 1
 

@@ -268,3 +268,15 @@ def test_query_only_parameters_do_not_invalidate_snapshots(tmp_path):
     with sarp.open(path, backend="wiredtiger", max_retrieval=0) as index:
         assert index.recovery["snapshot"] is not None and not index.recovery["faults"]
         assert all(check_match(index, i) == len(sequence(i)) // B for i in range(6))
+
+
+def test_a_segment_lost_from_the_store_is_counted_never_served(tmp_path):
+    path = tmp_path / "i"
+    build(path, 0, 3)
+    with sarp.open(path, backend="wiredtiger") as index:
+        assert all(check_match(index, i) == len(sequence(i)) // B for i in range(3))
+        assert index.stats()["match_segments_missing"] == 0
+        index.store.delete(0)  # the first segment of sequence 0
+        m = index.match(tokens=sequence(0))
+        assert m.num_blocks == 0 and m.stats["segments_missing"] == 1
+        assert index.stats()["match_segments_missing"] == 1
