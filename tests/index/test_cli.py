@@ -27,6 +27,14 @@ def test_stats_uses_the_index_backend(index_path, capsys):
     assert report["store"]["kind"] == "odirect" and report["indexed_blocks"] == 40
 
 
+def test_rebuild_uses_the_index_backend(index_path, capsys):
+    assert main(["rebuild", str(index_path)]) == 0
+    assert json.loads(capsys.readouterr().out)["blocks"] == 40
+    with sarp.open(index_path) as index:
+        assert index.store.kind == "odirect"
+        assert index.match(tokens=np.arange(640)).num_blocks == 40
+
+
 @pytest.mark.parametrize("command", ["stats", "rebuild"])
 def test_a_path_without_an_index_is_refused_and_left_alone(command, tmp_path, capsys):
     assert main([command, str(tmp_path / "typo")]) == 1
