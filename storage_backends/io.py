@@ -3,7 +3,8 @@
 Every byte those engines read or write goes through a ``FileIO``: it opens files with O_DIRECT
 when asked and the file system allows it (falling back to buffered I/O with a warning, e.g. on
 tmpfs), reads and writes page-aligned buffers, syncs files and directories, and counts all of it.
-``PowerLossIO`` is the same layer with a simulated power cut, for crash and torn-write tests.
+Every engine takes its directory lock through it (``lock``). ``PowerLossIO`` is the same layer
+with a simulated power cut, for crash and torn-write tests; the cut releases its locks too.
 """
 
 from __future__ import annotations
