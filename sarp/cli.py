@@ -10,10 +10,9 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
 import sarp
-from sarp.index import CONFIG_FILE
+from sarp.index import require_index
 from storage_backends import KINDS
 
 COMMANDS = {
@@ -33,8 +32,7 @@ def main(argv: list[str] | None = None) -> int:
                        help="the record store's kind (default: the one the index has)")
     args = parser.parse_args(argv)
     try:
-        if not (Path(args.path) / CONFIG_FILE).is_file():
-            raise ValueError(f"path {args.path!r} holds no SARP index")
+        require_index(args.path)
         if args.command == "rebuild":
             report = sarp.rebuild(args.path, backend=args.backend)
         else:

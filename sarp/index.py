@@ -397,8 +397,7 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
     if root.exists() and not root.is_dir():
         raise ValueError(f"path {str(root)!r} is a file, not an index directory")
     _check_open_options(snapshot_every_inserts, snapshot_every_seconds,
-                        direct_io=direct_io, background=background,
-                        snapshot_on_close=snapshot_on_close)
+                        background=background, snapshot_on_close=snapshot_on_close)
     wanted = config_from_kwargs(config)
     cfg_file = root / CONFIG_FILE
     existing = cfg_file.exists()
@@ -440,7 +439,8 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
 
 
 def _check_open_options(every_inserts: int, every_seconds: float, **flags: bool) -> None:
-    """The snapshot schedule and the on/off options of ``open``, checked by name."""
+    """The snapshot schedule and the on/off options of ``open``, checked by name (the store
+    checks its own: memory_budget, durability, direct_io)."""
     if isinstance(every_inserts, bool) or not isinstance(every_inserts, int) \
             or every_inserts < 0:
         raise ValueError("snapshot_every_inserts must be a non-negative integer (0: never), "
@@ -454,12 +454,17 @@ def _check_open_options(every_inserts: int, every_seconds: float, **flags: bool)
             raise TypeError(f"{name} must be a bool, got {value!r}")
 
 
+def require_index(path: str | os.PathLike) -> None:
+    """Raise ValueError unless ``path`` holds a SARP index (``open`` would create one)."""
+    if not (Path(path) / CONFIG_FILE).is_file():
+        raise ValueError(f"path {str(path)!r} holds no SARP index")
+
+
 def rebuild(path: str | os.PathLike, backend: str | None = None,
             **kwargs: Any) -> dict[str, Any]:
     """The slow path: rebuild the routing directory from a full scan of the segment store and
     publish it as a new snapshot (for when no usable snapshot exists). Returns a report."""
-    if not (Path(path) / CONFIG_FILE).exists():
-        raise ValueError(f"path {str(path)!r} holds no SARP index")
+    require_index(path)
     with open(path, backend, _rebuild=True, snapshot_on_close=False, **kwargs) as index:
         report = dict(index.recovery)
         report.update(index.directory.stats())

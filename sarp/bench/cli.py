@@ -83,21 +83,25 @@ def _list(check: Callable[[str], Any], allow_none: bool = False) -> Callable[[st
     return arg_type(parse)
 
 
-def positive_number(text: str) -> float:
+def _positive_number(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        raise ValueError(f"{text!r} is not a number") from None
     if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive and finite")
+        raise ValueError(f"{text!r} must be positive and finite")
     return value
 
 
-def out_directory(text: str) -> Path:
+def _out_directory(text: str) -> Path:
     path = Path(text)
     if path.exists() and not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} exists and is not a directory")
+        raise ValueError(f"{text!r} exists and is not a directory")
     return path
+
+
+positive_number = arg_type(_positive_number)
+out_directory = arg_type(_out_directory)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
