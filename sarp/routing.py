@@ -114,10 +114,10 @@ class RoutingDirectory:
 
         Caller holds the writer lock. A walk that makes a pruned entry cross the threshold
         triggers its rematerialization, which re-places every member, this one too. Until
-        that has run, walks outside builds (``build`` None) create no entry below it, but
-        still join the entries that exist there: a match routes through the deepest entry it
-        finds, so an existing entry must list every segment with its key. A build's walk
-        stops at the entry.
+        that has run, no walk creates an entry below it (except the rematerialization's own
+        walks, ``build.root``), but every walk still joins the entries that exist there: a
+        match routes through the deepest entry it finds, so an existing entry must list every
+        segment with its key, and a published one must never list only some of them.
         The walk runs in ``RoutingTable.walk``, which also creates the visible entries of a
         walk outside builds; it returns here only to create a private entry or to start
         background work.
@@ -130,24 +130,24 @@ class RoutingDirectory:
         lay = self._layout(count)
         filts = filters_at(ids, lay.offsets, count, c.filter_fields, c.field_bits, c.stride)
         n = len(lay.points)
-        i, prev = 0, -1
+        root = -1 if build is None else build.root
+        i, prev, blocked = 0, -1, False
         while True:
-            i, prev, e, parent = t.walk(ids, lay.offsets, lay.parents, lay.refinable, filts,
-                                        seg_id, i, prev, c.pruning, c.pruning_threshold,
-                                        c.refinement, c.tau, build is None)
+            i, prev, e, parent, blocked = t.walk(
+                ids, lay.offsets, lay.parents, lay.refinable, filts, seg_id, i, prev, c.pruning,
+                c.pruning_threshold, c.refinement, c.tau, build is None, root, blocked)
             if i >= n:
                 return events
             if e < 0:
                 e = self._new_entry(int(ids[lay.offsets[i]]), parent, build)
                 t.add_member(e, seg_id, int(filts[i]))
-            if self._check_triggers(e, bool(lay.refinable[i]), events) and build is not None:
-                return events
+            self._check_triggers(e, bool(lay.refinable[i]), events)
             prev = e
             i += 1
 
-    def _check_triggers(self, e: int, refinable: bool, events: Events) -> bool:
+    def _check_triggers(self, e: int, refinable: bool, events: Events) -> None:
         """After ``e`` gained a member: start refinement above tau; start rematerialization
-        when a pruned entry exceeds the threshold (returns True: the walk must stop here)."""
+        when a pruned entry exceeds the threshold."""
         c = self.cfg
         t = self.table
         n = t.list_len(e)
@@ -160,8 +160,6 @@ class RoutingDirectory:
         if c.pruning and flags & rt.PRUNED and n > c.pruning_threshold:
             t.set_flags(e, (t.flags(e) & ~rt.PRUNED) | rt.REMAT)
             events.remat.append(e)
-            return True
-        return False
 
     def _new_entry(self, key: int, parent: int, build: Build | None) -> int:
         """A new entry: private while its parent is being back-filled or a build runs."""

@@ -55,10 +55,14 @@ class RoutingTable:
         refinement: bool,
         tau: int,
         outside_build: bool = False,
-    ) -> tuple[int, int, int, int]:
-        """Algorithm 2's placement walk from point ``i``: (point, prev, entry, parent) where
-        the caller must create an entry (entry -1; with ``outside_build`` only a private
-        one) or start background work; point == len(offsets) when the walk is done."""
+        root: int = -1,
+        blocked: bool = False,
+    ) -> tuple[int, int, int, int, bool]:
+        """Algorithm 2's placement walk from point ``i``: (point, prev, entry, parent,
+        blocked) where the caller must create an entry (entry -1; with ``outside_build`` only
+        a private one) or start background work; point == len(offsets) when the walk is done.
+        ``blocked``: the walk retained an entry (not ``root``) whose rematerialization is
+        queued, so it creates no more entries; pass it back when resuming."""
     def entry_flags(self) -> npt.NDArray[np.uint8]:
         """The flags of every entry, in entry order (a read-only view, no copy)."""
     def nbytes(self) -> int:

@@ -217,7 +217,7 @@ cdef class RoutingTable:
              const int64_t[::1] parents not None, const uint8_t[::1] refinable not None,
              const uint64_t[::1] filters not None, uint64_t seg, Py_ssize_t i, Py_ssize_t prev,
              bint pruning, Py_ssize_t threshold, bint refinement, Py_ssize_t tau,
-             bint outside_build=False):
+             bint outside_build=False, Py_ssize_t root=-1, bint blocked=False):
         """Algorithm 2's placement walk of segment ``seg`` (block IDs ``ids``) from point ``i``,
         ``prev`` the last retained entry (-1: none yet).
 
@@ -225,24 +225,30 @@ cdef class RoutingTable:
         ``parents[j]`` unless that is -1, and ``refinable[j]`` says whether its entry may be
         refined; ``filters[j]`` is the segment's filter there. The walk refreshes existing
         members, prunes, and adds the segment to existing entries, and stops where the caller
-        must act: returns (j, prev, entry, parent) with ``entry`` -1 when point j's key has no
-        entry (``parent``: the entry enabling it, or -1), or the entry that just gained the
-        member and crossed tau or the pruning threshold. j == len(offsets): the walk is done.
+        must act: returns (j, prev, entry, parent, blocked) with ``entry`` -1 when point j's
+        key has no entry (``parent``: the entry enabling it, or -1), or the entry that just
+        gained the member and crossed tau or the pruning threshold. j == len(offsets): the
+        walk is done. The caller passes ``blocked`` back when it resumes the walk.
+
+        Once the walk has retained an entry whose rematerialization is queued (other than
+        ``root``, the entry a rematerialization build is re-placing), it is ``blocked``: it
+        creates no entry for the rest of the segment, like below a pruned one, but still
+        joins the entries that exist. That rematerialization re-places the segment below the
+        entry together with every older member, so no entry is ever created, and published,
+        holding some of the segments with its key but not the others.
 
         ``outside_build``: the walk places a new or extended segment, not a member of a
-        back-fill or rematerialization build. Then below a retained entry whose
-        rematerialization is queued, the walk creates no entry, like below a pruned one (the
-        new segment joins that entry's list and the rematerialization places it below), so no
-        entry is created holding the new segments without the old ones; entries that exist
-        there are still joined. And a missing entry whose enabling entry is not being
-        back-filled is created here, visible, instead of returned (-1), since outside builds
-        such an entry is never private.
+        back-fill or rematerialization build. A missing entry whose enabling entry is not
+        being back-filled is then created here, visible, instead of returned (-1), since
+        outside builds such an entry is never private.
         """
         cdef Py_ssize_t n = offsets.shape[0], e, parent, m
         cdef uint8_t fl
         cdef _Generation g
         while i < n:
             g = self.g
+            if prev >= 0 and prev != root and g.ef[prev] & F_REMAT:
+                blocked = True
             parent = -1
             if parents[i] >= 0:
                 parent = self._find(g, ids[parents[i]])
@@ -262,11 +268,11 @@ cdef class RoutingTable:
                     g.ef[prev] |= F_PRUNED
                     i += 1
                     continue
-                if prev >= 0 and outside_build and g.ef[prev] & F_REMAT:
+                if blocked:
                     i += 1
                     continue
                 if not outside_build or (parent >= 0 and g.ef[parent] & F_REFINING):
-                    return i, prev, -1, parent
+                    return i, prev, -1, parent, blocked
                 e = self.add_entry(ids[offsets[i]], F_VISIBLE)
             self._rewrite(e, -1, seg, filters[i])
             g = self.g
@@ -274,10 +280,10 @@ cdef class RoutingTable:
             fl = g.ef[e]
             if ((refinable[i] and refinement and m > tau and not fl & (F_REFINED | F_REFINING))
                     or (pruning and fl & F_PRUNED and m > threshold)):
-                return i, prev, e, parent
+                return i, prev, e, parent, blocked
             prev = e
             i += 1
-        return n, prev, -1, -1
+        return n, prev, -1, -1, blocked
 
     cdef int _rewrite(self, Py_ssize_t entry, Py_ssize_t drop, uint64_t seg,
                       uint64_t filt) except -1:

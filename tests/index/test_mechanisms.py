@@ -301,8 +301,12 @@ class ReferenceDirectory(RoutingDirectory):
     def place(self, seg_id, start, ids, build=None, events=None):
         c, t = self.cfg, self.table
         events = Events() if events is None else events
-        prev = -1
+        prev, blocked = -1, False
+        root = -1 if build is None else build.root
         for o, role, parent_o in self.points(len(ids)):
+            # a queued rematerialization (not this build's) keeps the rest of the walk from
+            # creating entries: it places this segment below its entry with the older ones
+            blocked = blocked or (prev >= 0 and prev != root and t.flags(prev) & rt.REMAT)
             parent = -1
             if role != FIXED:
                 parent = t.find(int(ids[parent_o]))
@@ -314,21 +318,19 @@ class ReferenceDirectory(RoutingDirectory):
             if e >= 0 and self._reference_update(e, seg_id, filt):
                 prev = e
                 continue
-            # pruning and a queued rematerialization only keep the walk from creating entries
+            # pruning only keeps the walk from creating entries
             if e < 0 and prev >= 0 and c.pruning and t.list_len(prev) <= c.pruning_threshold:
                 t.set_flags(prev, t.flags(prev) | rt.PRUNED)
                 continue
-            if e < 0 and prev >= 0 and build is None and t.flags(prev) & rt.REMAT:
-                continue  # its queued rematerialization places this segment below it
+            if e < 0 and blocked:
+                continue
             if e < 0:
                 e = self._new_entry(key, parent, build)
             segs, filters = t.refs(e)
             lists = {e: (segs, filters)}
             ref_publish(lists, e, seg_id, filt, None)
             t.publish(e, *lists[e])
-            if (self._check_triggers(e, role == FIXED or o == self.final_mid, events)
-                    and build is not None):
-                break
+            self._check_triggers(e, role == FIXED or o == self.final_mid, events)
             prev = e
         return events
 
@@ -457,3 +459,88 @@ def test_inconsistent_table_slots_are_refused(damage):
         slots[np.flatnonzero(slots == rt.EMPTY_SLOT)[0]] = 0
     with pytest.raises(ValueError, match="table"):
         rt.RoutingTable.from_arrays(*t.export(), slots=slots)
+
+
+class CheckedTable:
+    """The routing table, with ``check()`` run after every change made by a background job:
+    a lock-free match may run between any two of them."""
+
+    CHANGES = {"add_member", "add_entry", "update_member", "set_flags", "make_visible", "walk",
+               "publish"}
+
+    def __init__(self, table, check):
+        self._table, self._check = table, check
+
+    def __getattr__(self, name):
+        attr = getattr(self._table, name)
+        if name not in self.CHANGES:
+            return attr
+
+        def changed(*args, **kwargs):
+            out = attr(*args, **kwargs)
+            if threading.current_thread().name == "sarp-background":
+                self._check(name)
+            return out
+        return changed
+
+
+@pytest.mark.parametrize("seed", [2, 8])
+def test_every_step_of_a_background_build_keeps_matches_exact(tmp_path, seed):
+    """Random prefix trees inserted while the worker is held for spans of inserts, so that
+    back-fills and rematerializations queue up behind each other. After every change a
+    background build makes to the routing table, every inserted sequence still matches whole
+    with MaxRetrieval unbounded. Fails if a rematerialization publishes an entry below another
+    entry whose own rematerialization is still queued: that entry lists only the members
+    that were placed after the trigger."""
+    config = {2: dict(block_size=1, segment_blocks=16, routing_points=4, filter_fields=8,
+                      field_bits=8, stride=2, tau=4, pruning_threshold=3),
+              8: dict(BASE, tau=3, pruning_threshold=1)}[seed]
+    rng = np.random.default_rng(seed)
+    vocab = int(rng.choice([2, 3, 50]))
+    index = sarp.open(tmp_path / "i", backend="memory", background=True, max_retrieval=0,
+                      **config)
+    inserted: list[np.ndarray] = []
+    failures: list[str] = []
+
+    def check(change: str) -> None:
+        if failures:
+            return
+        index.directory.table = table  # the matcher takes the compiled table
+        try:
+            for tokens in inserted:
+                got = index.match(tokens=tokens).num_blocks
+                if got != len(tokens):
+                    failures.append(f"after {change}: {got} of {len(tokens)} blocks")
+                    return
+        finally:
+            index.directory.table = checked
+
+    table = index.directory.table
+    checked = CheckedTable(table, check)
+    index.directory.table = checked
+    release = threading.Event()
+    S = config["segment_blocks"]
+    try:
+        for k in range(120):
+            if k % 30 == 5:
+                release.clear()
+                index._worker.submit(lambda: release.wait(60))  # hold the worker from here
+            if k % 30 == 25:
+                release.set()
+                index.drain()
+            if inserted and rng.random() < 0.8:
+                s = inserted[int(rng.integers(len(inserted)))]
+                tokens = np.concatenate((s[:int(rng.integers(0, len(s) + 1))],
+                                         rng.integers(0, vocab, int(rng.integers(0, 3 * S)))))
+            else:
+                tokens = rng.integers(0, vocab, int(rng.integers(1, 4 * S)))
+            index.insert(tokens=tokens)
+            inserted.append(tokens)
+            assert not failures, failures[0]
+        release.set()
+        index.drain()
+        assert not failures, failures[0]
+    finally:
+        release.set()
+        index.directory.table = table
+        index.close()
