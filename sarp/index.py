@@ -15,6 +15,7 @@ Back-fills, rematerializations and snapshot exports take the directory lock.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import threading
@@ -38,6 +39,7 @@ from sarp.matching import COUNTERS, MatchResult
 from sarp.matching import match as match_path
 from sarp.routing import Build, Events, RoutingDirectory
 from sarp.segments import SegmentStore
+from storage_backends.calls import Calls
 from storage_backends.io import FileIO
 
 CONFIG_FILE = "sarp.json"
@@ -49,6 +51,16 @@ MATCH_COUNTER = {k: f"match_{k}" for k in COUNTERS}
 INSERT_COUNTERS = ("segments_written", "segments_extended", "blocks_written")
 #: stripes of the per-window insert locks (a window's first block ID picks its stripe)
 WINDOW_LOCKS = 64
+
+
+def _call(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` as a call on an open index: it raises IndexClosedError once ``close()`` has
+    begun, and ``close()`` waits for it to return."""
+    @functools.wraps(method)
+    def run(self: Index, *args: Any, **kwargs: Any) -> Any:
+        with self._calls:
+            return method(self, *args, **kwargs)
+    return run
 
 
 class Index:
@@ -74,7 +86,7 @@ class Index:
         self._window_locks = [threading.Lock() for _ in range(WINDOW_LOCKS)]
         self._snapshot_lock = threading.Lock()
         self._worker = Worker(enabled=background)
-        self._closed = False
+        self._calls = Calls(lambda: IndexClosedError(f"index at {str(self.path)!r} is closed"))
         self._every = (snapshot_every_inserts, snapshot_every_seconds)
         self._snapshot_on_close = snapshot_on_close
         self._since_snapshot = 0
@@ -87,10 +99,10 @@ class Index:
         self._matched = MatchedPrefix(self.segments.writes)
 
     # -- public API ----------------------------------------------------------------------
+    @_call
     def match(self, tokens: Any = None, *, block_ids: Any = None, namespace: bytes | None = None,
               max_retrieval: int | None = None) -> MatchResult:
         """The longest verified prefix of the sequence that the index holds."""
-        self._check_open()
         q = self._query_ids(tokens, block_ids, namespace)
         mr = self._max_retrieval(max_retrieval)
         stamp = self._matched.stamp()
@@ -105,6 +117,7 @@ class Index:
                 c[MATCH_COUNTER[k]] += v
         return result
 
+    @_call
     def insert(self, tokens: Any = None, *, metadata: Any = None, block_ids: Any = None,
                namespace: bytes | None = None) -> dict[str, int]:
         """Register a processed sequence with one metadata record per full block.
@@ -112,35 +125,35 @@ class Index:
         ``metadata=None`` stores zeroed records. Returns when the insert is acknowledged:
         its segments and journal record are durable in the index's durability mode.
         """
-        self._check_open()
         q = self._query_ids(tokens, block_ids, namespace)
         meta = self._metadata_rows(metadata, len(q))
         if len(q) == 0:
             return {}
         events = Events()
-        written: list[int] = []
         place = self.directory.place
+        wrote = False
 
-        def on_write(segs: list[Any]) -> None:
+        def on_write(segs: list[Any], new_blocks: int) -> None:
+            nonlocal wrote
             with self._dir_lock:
                 for seg in segs:
-                    written.append(seg.segment_id)
                     place(seg.segment_id, seg.start, seg.block_ids, events=events)
+                # Journaled with the placement, under the directory lock: an insert that
+                # matches these segments and returns first is durable only with this
+                # record, and its own sync (or flush) writes it. A snapshot taken between
+                # holds both the placement and the record's count.
+                self._journal_append([seg.segment_id for seg in segs], new_blocks)
+            wrote = True
 
         known, tail = self._matched.recall(q)
         st = insert_path(self.config, self.directory, self.segments, q, meta,
                          self.config.max_retrieval, on_write, self._window_lock,
                          known=known, tail=tail)
-        if written:
-            # After placement: a snapshot taken in between holds the placement, and this
-            # record then goes to the snapshot's new journal, whose replay re-places it.
+        if self.store.durability == "sync":
+            # Also when this insert wrote nothing: the segments it matched may belong to an
+            # insert that has not returned yet, whose record this sync writes.
             with self._journal_lock:
-                self.insert_seq += 1
-                self._journal.append(journal.Record(self.insert_seq, self.segments.next_id,
-                                                    st["new_blocks"], np.asarray(written)))
-                self._count(indexed_blocks=st["new_blocks"])  # in the same journal epoch
-                if self.store.durability == "sync":
-                    self._journal.sync()
+                self._journal.sync()
         if events.refine or events.remat:
             self._schedule(events)
             if self._worker.enabled:
@@ -150,24 +163,28 @@ class Index:
             c["inserts"] += 1
             for k in INSERT_COUNTERS:
                 c[k] += st[k]
-        self._maybe_snapshot(bool(written))
+        self._maybe_snapshot(wrote)
         return st
 
+    @_call
     def flush(self) -> None:
         """Make every earlier insert durable (the group-commit point for ``group``)."""
-        self._check_open()
         with self._journal_lock:
             self.store.flush()
             self._journal.sync()
 
+    @_call
     def snapshot(self) -> dict[str, Any]:
-        """Write the routing directory as snapshot N+1 and start journal N+1.
+        """Write the routing directory as snapshot N+1 and start journal N+1."""
+        return self._snapshot()
+
+    def _snapshot(self) -> dict[str, Any]:
+        """``snapshot()``, also for background snapshots and close.
 
         The arrays are copied and the journal switched under the directory and journal locks
         (so the snapshot and the journal split at one insert); writing the file happens outside
         them, while matches and inserts go on.
         """
-        self._check_open()
         with self._snapshot_lock:
             t0 = time.perf_counter()
             with self._dir_lock, self._journal_lock:
@@ -191,10 +208,12 @@ class Index:
             return {"path": str(path), "seq": seq, "bytes": nbytes, "entries": len(keys),
                     "refs": len(segs), "seconds": time.perf_counter() - t0}
 
+    @_call
     def drain(self) -> None:
         """Wait until background refinement, rematerialization and snapshots have finished."""
         self._worker.drain()
 
+    @_call
     def stats(self) -> dict[str, Any]:
         """Aggregated query counters, routing-directory size and the store's statistics."""
         with self._counter_lock:
@@ -208,21 +227,29 @@ class Index:
         return out
 
     def close(self) -> None:
-        """Finish background work, persist, and release the store."""
-        if self._closed:
+        """Finish background work, persist, and release the store.
+
+        Waits for the calls already running on other threads; later calls raise
+        IndexClosedError. Closing a closed index does nothing."""
+        if not self._calls.begin_close():
             return
         try:
             self._worker.close()
             if self._snapshot_on_close and self._since_snapshot:
-                self.snapshot()
+                self._snapshot()
         finally:
-            self._closed = True
-            if self._journal is not None:
-                self._journal.close()
-            self.store.close()
+            try:
+                if self._journal is not None:
+                    self._journal.close()
+            finally:
+                try:
+                    self.store.close()
+                finally:
+                    self._calls.end_close()
 
     def __enter__(self) -> Index:
-        self._check_open()
+        if not self._calls.open:
+            raise IndexClosedError(f"index at {str(self.path)!r} is closed")
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -283,6 +310,15 @@ class Index:
                                   f"from the store at {str(self.store.path)!r}")
         return segs
 
+    def _journal_append(self, segment_ids: list[int], new_blocks: int) -> None:
+        """Append the record of segments just stored and placed (caller holds the directory
+        lock, so records follow the order of placement)."""
+        with self._journal_lock:
+            self.insert_seq += 1
+            self._journal.append(journal.Record(self.insert_seq, self.segments.next_id,
+                                                new_blocks, np.asarray(segment_ids)))
+            self._count(indexed_blocks=new_blocks)  # in the same journal epoch
+
     def _maybe_snapshot(self, inserted: bool) -> None:
         every_n, every_s = self._every
         with self._counter_lock:
@@ -294,7 +330,7 @@ class Index:
                 self._since_snapshot = 0
                 self._last_snapshot = time.monotonic()
         if due:
-            self._worker.submit(self.snapshot)
+            self._worker.submit(self._snapshot)
 
     def _count(self, **deltas: int) -> None:
         with self._counter_lock:
@@ -323,7 +359,7 @@ class Index:
         self._journal = journal.JournalWriter(
             self.io, self.path / journal.FILES.name(self.epoch + 1), self.epoch + 1)
         self.epoch += 1
-        self.snapshot()
+        self._snapshot()
         self._remove_older_than(self.epoch)
 
     def _remove_older_than(self, keep_from: float) -> None:
@@ -339,10 +375,6 @@ class Index:
         self.io.fsync_dir(self.path)
 
     # -- argument checks -----------------------------------------------------------------
-    def _check_open(self) -> None:
-        if self._closed:
-            raise IndexClosedError(f"index at {str(self.path)!r} is closed")
-
     def _query_ids(self, tokens: Any, ids: Any, namespace: bytes | None) -> np.ndarray:
         if namespace is not None and not isinstance(namespace, bytes):
             raise TypeError(f"namespace must be bytes, got {type(namespace).__name__}")

@@ -26,8 +26,9 @@ from sarp.matching import COUNTERS, matcher
 from sarp.routing import RoutingDirectory
 from sarp.segments import SegmentStore
 
-#: called with the written segments (decoded), in order, once they are stored: registers them
-OnWrite = Callable[[list], None]
+#: called with the written segments (decoded), in order, once they are stored, and the number
+#: of blocks they add to the index: registers them
+OnWrite = Callable[[list, int], None]
 #: the lock of the window whose first block ID is given (see ``insert``)
 WindowLock = Callable[[int], threading.Lock]
 
@@ -59,13 +60,17 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
     S = cfg.segment_blocks
     n = len(q)
     pending: list = []  # (segment, record) encoded but not yet stored
+    pending_new = 0  # blocks the pending segments add to the index
     held: list[threading.Lock] = []  # the window lock held now, if any
 
     def store_pending() -> None:
+        nonlocal pending_new
         with segments.writes.writing():  # until registered: matches started now see no tail
             segments.put_all([(seg.segment_id, raw) for seg, raw in pending])
-            on_write([seg for seg, _ in pending])
+            on_write([seg for seg, _ in pending], pending_new)
+        st["new_blocks"] += pending_new
         pending.clear()
+        pending_new = 0
 
     def release() -> None:
         if held:
@@ -95,7 +100,7 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
                 found_end, stored = found
             if diverged or stored is None or found_end == ws:
                 pending.append(segments.encode_new(ws, q[ws:we], meta[ws:we]))
-                st["new_blocks"] += we - ws
+                pending_new += we - ws
                 diverged = True
             else:
                 stored_end = ws + stored.block_count
@@ -104,7 +109,7 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
                                                             meta[stored_end:we]))
                     st["segments_extended"] += 1
                     st["blocks_written"] += we - stored_end
-                    st["new_blocks"] += we - stored_end
+                    pending_new += we - stored_end
                     diverged = True  # nothing stored goes past the segment's end: the rest
                     continue  # is new, written with this window under its lock
                 if found_end >= we:
@@ -113,7 +118,7 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
                 ids = np.concatenate((stored.block_ids[:shared], q[found_end:we]))
                 rows = np.concatenate((stored.metadata[:shared], meta[found_end:we]))
                 pending.append(segments.encode_new(ws, ids, rows))
-                st["new_blocks"] += we - found_end
+                pending_new += we - found_end
                 diverged = True
             st["segments_written"] += 1
             st["blocks_written"] += pending[-1][0].block_count

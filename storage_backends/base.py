@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sarp.errors import StoreClosedError, StoreKindError
+from storage_backends.calls import Calls
 from storage_backends.io import File, FileIO
 
 DURABILITY_MODES = ("sync", "group", "none")
@@ -105,7 +106,8 @@ class RecordStore(ABC):
         if not isinstance(direct_io, bool):
             raise TypeError(f"direct_io must be a bool, got {direct_io!r}")
         self.direct_io = direct_io
-        self._closed = False
+        self._calls = Calls(lambda: StoreClosedError(
+            f"{self.kind} store at {str(self.path)!r} is closed"))
         self._lock_file: File | None = None  # held from ``_claim`` to ``close()``
         self._counter_lock = threading.Lock()
         self._counters = dict.fromkeys(
@@ -119,11 +121,12 @@ class RecordStore(ABC):
 
     def put_many(self, pairs: Iterable[tuple[int, bytes]]) -> None:
         """Store several records as one batch (atomic where the engine supports it)."""
-        self._check_open()
         checked = [(check_key(k), check_value(v)) for k, v in pairs]
         if not checked:
+            self._check_open()
             return
-        self._put_many(checked)
+        with self._calls:
+            self._put_many(checked)
         self._count(logical_writes=len(checked), bytes_written=sum(len(v) for _, v in checked))
 
     def get(self, key: int) -> bytes | None:
@@ -132,17 +135,18 @@ class RecordStore(ABC):
 
     def get_many(self, keys: Iterable[int]) -> list[bytes | None]:
         """Values for ``keys`` in order, None for each missing key."""
-        self._check_open()
         checked = [check_key(k, "keys") for k in keys]
-        values = self._get_many(checked)
+        with self._calls:
+            values = self._get_many(checked)
         self._count(logical_reads=len(checked),
                     bytes_read=sum(len(v) for v in values if v is not None))
         return values
 
     def delete(self, key: int) -> None:
         """Remove ``key``; deleting a missing key is not an error."""
-        self._check_open()
-        self._delete(check_key(key))
+        key = check_key(key)
+        with self._calls:
+            self._delete(key)
         self._count(logical_deletes=1)
 
     def scan(self) -> Iterator[tuple[int, bytes]]:
@@ -155,8 +159,8 @@ class RecordStore(ABC):
 
     def _checked_scan(self, rows: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, bytes]]:
         while True:
-            self._check_open()  # before the engine is asked for more
-            row = next(rows, None)
+            with self._calls:  # the engine is asked for more only while open
+                row = next(rows, None)
             if row is None:
                 return
             yield row
@@ -167,29 +171,38 @@ class RecordStore(ABC):
         Under ``none`` it forces nothing to the device: writes then survive a crash of this
         process but not a power loss.
         """
-        self._check_open()
-        self._flush()
+        with self._calls:
+            self._flush()
 
     def close(self) -> None:
-        """Persist everything and release the engine; later calls raise StoreClosedError."""
-        if not self._closed:
+        """Persist everything and release the engine and the directory lock; later calls
+        raise StoreClosedError. Waits for calls running on other threads; closing a closed
+        store does nothing. If the engine fails to close, the store is closed all the same
+        (its lock released) and the error raised."""
+        if not self._calls.begin_close():
+            return
+        try:
             self._close()
-            self._closed = True
+        finally:
             if self._lock_file is not None:
                 self._lock_file.close()
+            self._calls.end_close()
 
     def stats(self) -> dict[str, Any]:
         """Logical counters (exact) plus what the engine can tell about itself."""
         with self._counter_lock:
             out: dict[str, Any] = dict(self._counters)
         out.update(kind=self.kind, durability=self.durability, direct_io=self.direct_io)
-        if not self._closed:
-            out.update(self._engine_stats())
+        try:
+            with self._calls:
+                out.update(self._engine_stats())
+        except StoreClosedError:
+            pass  # a closed store reports its logical counters only
         return out
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return not self._calls.open
 
     def __enter__(self) -> RecordStore:
         self._check_open()
@@ -213,8 +226,8 @@ class RecordStore(ABC):
             raise
 
     def _check_open(self) -> None:
-        if self._closed:
-            raise StoreClosedError(f"{self.kind} store at {str(self.path)!r} is closed")
+        if not self._calls.open:
+            raise self._calls.closed_error()
 
     def _count(self, **deltas: int) -> None:
         with self._counter_lock:

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -419,3 +420,67 @@ def test_values_come_back_as_bytes(durable_kind: str, open_kind: Any, tmp_path: 
         values = s.get_many(range(len(pairs)))
         assert values == [v for _, v in pairs]
         assert {type(v) for v in values} | {type(v) for _, v in s.scan()} == {bytes}
+
+
+def test_close_waits_for_running_calls(kind: str, open_kind: Any, tmp_path: Path) -> None:
+    """close() on one thread while others read and write (and a second close() races it):
+    every call either completes or raises StoreClosedError, every put that returned is kept,
+    and the process survives (an engine closed under a running call may abort it)."""
+    path = tmp_path / "s"
+    store = open_kind(kind, path, durability="sync")
+    done: list[int] = []
+    errors: list[BaseException] = []
+    started = threading.Barrier(5)
+
+    def writer(t: int) -> None:
+        started.wait()
+        try:
+            for i in range(100_000):
+                key = t * 1_000_000 + i
+                store.put(key, b"v%d" % key)
+                done.append(key)
+                store.get_many([key, max(key - 1, 0)])
+                store.stats()
+        except StoreClosedError:
+            pass
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    started.wait()
+    while len(done) < 200:
+        time.sleep(0.001)
+    closers = [threading.Thread(target=store.close) for _ in range(2)]
+    for th in closers:
+        th.start()
+    for th in closers + threads:
+        th.join(60)
+    assert not any(th.is_alive() for th in closers + threads)
+    assert not errors, errors[0]
+    assert store.closed
+    if store.persistent:
+        with open_kind(kind, path, durability="sync") as again:
+            assert again.get_many(done) == [b"v%d" % k for k in done]
+
+
+def test_failed_close_still_releases_the_store(kind: str, open_kind: Any,
+                                               tmp_path: Path) -> None:
+    """An engine whose close fails raises, but the store is closed and its lock released."""
+    path = tmp_path / "s"
+    store = open_kind(kind, path)
+    engine_close = store._close
+
+    def failing() -> None:
+        engine_close()
+        raise OSError("close failed")
+
+    store._close = failing  # type: ignore[method-assign]
+    with pytest.raises(OSError, match="close failed"):
+        store.close()
+    assert store.closed
+    store.close()  # nothing left to do
+    with pytest.raises(StoreClosedError):
+        store.get(1)
+    open_kind(kind, path).put(1, b"x")  # not StoreLockedError

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import sarp
+from sarp.errors import IndexClosedError
 
 from .helpers import SMALL
 
@@ -160,3 +161,50 @@ def test_racing_match_then_insert_all_survive(tmp_path, backend):
             if index.match(tokens=seq, max_retrieval=0).num_blocks != len(seq)]
     assert not lost, f"{len(lost)} of {len(acked)} acknowledged sequences lost, e.g. {lost[0]}"
     index.close()
+
+
+@pytest.mark.parametrize("durability", ["sync", "group"])
+@pytest.mark.parametrize("backend", ["wiredtiger", "rocksdb", "flashlog", "odirect"])
+def test_close_waits_for_running_calls(tmp_path, backend, durability):
+    """close() (twice, on two threads) while request threads insert, match and read stats:
+    each call completes or raises IndexClosedError, and every insert that returned is there
+    after a reopen (under group, close() makes them durable). Without the wait, a closed
+    engine session aborted the process, and inserts returned with their records dropped."""
+    path = tmp_path / "i"
+    index = sarp.open(path, backend=backend, durability=durability, block_size=1, **SMALL)
+    returned: list[int] = []
+    errors: list[BaseException] = []
+    started = threading.Barrier(THREADS + 1)
+
+    def worker(t: int) -> None:
+        started.wait()
+        try:
+            for n in range(100_000):
+                i = t * 100_000 + n
+                ids = sarp.block_ids(sequence(i), 1)
+                index.insert(block_ids=ids, metadata=meta(ids))
+                returned.append(i)
+                index.match(block_ids=ids)
+                index.stats()
+        except IndexClosedError:
+            pass
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(THREADS)]
+    for th in threads:
+        th.start()
+    started.wait()
+    while len(returned) < 3 * THREADS:
+        time.sleep(0.001)
+    closers = [threading.Thread(target=index.close) for _ in range(2)]
+    for th in closers:
+        th.start()
+    for th in closers + threads:
+        th.join(60)
+    assert not any(th.is_alive() for th in closers + threads), "close or a call hung"
+    assert not errors, errors[0]
+    with sarp.open(path) as again:
+        for i in returned:
+            ids = sarp.block_ids(sequence(i), 1)
+            assert again.match(block_ids=ids, max_retrieval=0).num_blocks == len(ids), i
