@@ -14,12 +14,16 @@ from typing import Any
 
 import numpy as np
 
-from sarp.errors import ConfigMismatchError
+from sarp._core.hashing import xxh64
+from sarp.errors import ConfigMismatchError, CorruptionError
 
 #: Default block metadata: where a block's KV tensors are (node/worker, storage tier, address).
 DEFAULT_METADATA_DTYPE = np.dtype(
     [("node", "<u4"), ("tier", "u1"), ("flags", "u1"), ("reserved", "<u2"), ("address", "<u8")]
 )
+
+#: The format of ``sarp.json`` this version writes and reads (docs/config_format.txt)
+FORMAT = 2
 
 #: Parameters that only change how queries search, not what is stored: they may differ on reopen.
 QUERY_ONLY = ("max_retrieval",)
@@ -141,11 +145,33 @@ def digest_text(config: Config) -> str:
 
 
 def dumps(config: Config) -> str:
-    return json.dumps({"format": 1, "config": config.to_json()}, indent=1, sort_keys=True)
+    """The text of ``sarp.json`` (docs/config_format.txt)."""
+    cfg = config.to_json()
+    return json.dumps({"format": FORMAT, "config": cfg, "checksum": _checksum(cfg)}, indent=1,
+                      sort_keys=True)
 
 
-def loads(text: str) -> Config:
-    data = json.loads(text)
-    if data.get("format") != 1:
-        raise ConfigMismatchError(f"index format {data.get('format')!r} is not supported")
-    return Config.from_json(data["config"])
+def loads(raw: bytes, name: str) -> Config:
+    """The configuration in ``sarp.json``'s bytes ``raw``. A file that is not what ``dumps``
+    writes (undecodable, a field missing, a checksum mismatch) raises CorruptionError naming
+    ``name``: a damaged configuration is never used, by an open or by a rebuild."""
+    try:
+        data = json.loads(raw)
+        fmt = data["format"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptionError(f"{name} is damaged: {exc!r}") from exc
+    if fmt != FORMAT:
+        raise ConfigMismatchError(f"{name}: index format {fmt!r} is not supported "
+                                  f"(this version reads format {FORMAT})")
+    try:
+        cfg, checksum = data["config"], data["checksum"]
+        if checksum != _checksum(cfg):
+            raise ValueError(f"checksum {checksum!r} does not match the configuration")
+        return Config.from_json(cfg)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptionError(f"{name} is damaged: {exc}") from exc
+
+
+def _checksum(cfg: dict[str, Any]) -> str:
+    """XXH64 (seed 0) of the configuration as compact sorted-key JSON, in hex."""
+    return f"{xxh64(json.dumps(cfg, sort_keys=True).encode()):016x}"

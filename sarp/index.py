@@ -435,10 +435,13 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
     existing = cfg_file.exists()
     if not existing and root.exists() and {p.name for p in root.iterdir()} - {STORE_DIR}:
         raise ValueError(f"path {str(root)!r} is not empty and holds no SARP index")
-    cfg = wanted.merged_with_stored(loads(cfg_file.read_text()), set(config)) if existing \
-        else wanted
+    cfg = wanted.merged_with_stored(loads(cfg_file.read_bytes(), str(cfg_file)),
+                                    set(config)) if existing else wanted
     if backend is None:
         backend = storage_backends.stored_kind(root / STORE_DIR) or DEFAULT_BACKEND
+        if backend not in storage_backends.KINDS:
+            raise CorruptionError(f"{str(root / STORE_DIR)!r} names an unknown store kind "
+                                  f"{backend!r}")
     elif backend not in storage_backends.KINDS:
         raise ValueError(f"backend must be one of {sorted(storage_backends.KINDS)}, "
                          f"got {backend!r}")

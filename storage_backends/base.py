@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sarp.errors import StoreClosedError, StoreKindError
+from sarp.errors import CorruptionError, StoreClosedError, StoreKindError
 from storage_backends.calls import Calls
 from storage_backends.io import File, FileIO
 
@@ -47,7 +47,12 @@ def check_value(value: object, name: str = "value") -> bytes:
 def stored_kind(path: str | Path) -> str | None:
     """The kind of the store at ``path`` (its ``STORE_KIND`` marker), or None if there is none."""
     marker = Path(path) / KIND_FILE
-    return marker.read_text().strip() if marker.is_file() else None
+    if not marker.is_file():
+        return None
+    try:
+        return marker.read_bytes().decode("ascii").strip()
+    except UnicodeDecodeError as exc:
+        raise CorruptionError(f"{str(marker)!r} is damaged: {exc}") from exc
 
 
 def claim_directory(path: str | Path, kind: str) -> Path:

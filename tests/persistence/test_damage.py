@@ -12,7 +12,7 @@ import sarp
 from sarp import journal, snapshot
 from sarp._core import routing_table as rt
 from sarp._core.hashing import xxh64
-from sarp.errors import RecoveryError
+from sarp.errors import ConfigMismatchError, CorruptionError, RecoveryError
 from storage_backends.io import FileIO
 
 from .workload import CONFIG, check_match, metadata, sequence
@@ -280,3 +280,36 @@ def test_a_segment_lost_from_the_store_is_counted_never_served(tmp_path):
         m = index.match(tokens=sequence(0))
         assert m.num_blocks == 0 and m.stats["segments_missing"] == 1
         assert index.stats()["match_segments_missing"] == 1
+
+
+def test_every_bit_flip_in_the_configuration_is_refused(tmp_path, capsys):
+    """sarp.json carries a checksum: a flipped bit anywhere is never taken for another
+    configuration (a flipped metadata byte order, block size or segment size would serve
+    wrong records or miss everything), by an open or by ``sarp rebuild``."""
+    from sarp.cli import main
+
+    path = tmp_path / "i"
+    build(path, 0, 2)
+    cfg_file = path / "sarp.json"
+    good = cfg_file.read_bytes()
+    for bit in range(8 * len(good)):
+        bad = bytearray(good)
+        bad[bit // 8] ^= 1 << (bit % 8)
+        cfg_file.write_bytes(bytes(bad))
+        with pytest.raises((CorruptionError, ConfigMismatchError), match="sarp.json"):
+            sarp.open(path)
+    assert main(["rebuild", str(path)]) == 1
+    assert "sarp.json is damaged" in capsys.readouterr().err
+    cfg_file.write_bytes(good)
+    assert_all_match(path, 2)
+
+
+def test_a_damaged_store_kind_marker_is_corruption(tmp_path):
+    path = tmp_path / "i"
+    build(path, 0, 1)
+    (path / "store" / "STORE_KIND").write_bytes(b"\xffiredtiger\n")
+    with pytest.raises(CorruptionError, match="STORE_KIND"):
+        sarp.open(path)
+    (path / "store" / "STORE_KIND").write_bytes(b"wiredtigeR\n")
+    with pytest.raises(CorruptionError, match="unknown store kind 'wiredtigeR'"):
+        sarp.open(path)
