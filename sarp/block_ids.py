@@ -7,7 +7,7 @@ computed itself. Both return a C-contiguous uint64 array, the form every kernel 
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Set
 
 import numpy as np
 
@@ -56,9 +56,12 @@ def _positive_int(value: object, name: str) -> int:
 def _integer_array(values: object, name: str, limit: int, dtype: type) -> np.ndarray:
     """``values`` as a 1-D C-contiguous ``dtype`` array after checking each is an integer in
     [0, limit); TypeError for non-integers (bools and floats included), ValueError for range."""
+    if isinstance(values, np.ma.MaskedArray):  # its masked entries have no value
+        raise TypeError(f"{name} must not be a masked array")
     if isinstance(values, np.ndarray) and values.dtype != object:
         return _from_array(values, name, limit, dtype)
-    if isinstance(values, (str, bytes, bytearray, memoryview)) or not isinstance(values, Iterable):
+    if (isinstance(values, (str, bytes, bytearray, memoryview, Set, Mapping))
+            or not isinstance(values, Iterable)):  # sets and mappings have no token order
         raise TypeError(f"{name} must be a sequence of integers, got {type(values).__name__}")
     seq = values.tolist() if isinstance(values, np.ndarray) else list(values)
     for t in set(map(type, seq)):

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from sarp._core.hashing import xxh64
+from sarp.checks import check_int
 from sarp.errors import ConfigMismatchError, CorruptionError
 
 #: Default block metadata: where a block's KV tensors are (node/worker, storage tier, address).
@@ -52,17 +53,17 @@ class Config:
         for name in ("block_size", "segment_blocks", "routing_points", "filter_fields",
                      "field_bits", "stride", "tau", "pruning_threshold", "max_retrieval"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
-            if value < (0 if name in ("pruning_threshold", "max_retrieval") else 1):
-                raise ValueError(f"{name} must be positive, got {value}")
+            if not isinstance(value, int):  # numpy integers are stored as ints
+                raise TypeError(f"{name} must be an integer, got {value!r}")
+            check_int(value, name, 0 if name in ("pruning_threshold", "max_retrieval") else 1)
         for name in ("refinement", "filtering", "pruning"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool")
         if not isinstance(self.namespace, bytes):
             raise TypeError("namespace must be bytes")
-        if self.filter_fields * self.field_bits != 64:
-            raise ValueError("filter_fields * field_bits must be 64")
+        if self.filter_fields * self.field_bits != 64 or self.field_bits > 32:
+            raise ValueError("filter_fields * field_bits must be 64 with field_bits at most 32, "
+                             f"got {self.filter_fields} * {self.field_bits}")
         if self.segment_blocks % self.routing_points:
             raise ValueError("segment_blocks must be a multiple of routing_points")
         if self.interval < 4 or self.interval % 2:
@@ -71,9 +72,15 @@ class Config:
             raise ValueError("filter_fields * stride must not exceed segment_blocks")
         if self.segment_blocks > 65535:
             raise ValueError("segment_blocks must be at most 65535")
-        dtype = np.dtype(self.metadata_dtype)
-        if dtype.hasobject or not 0 < dtype.itemsize <= 65535:
-            raise ValueError("metadata_dtype must be a fixed-width dtype of 1 to 65535 bytes")
+        if self.metadata_dtype is None:  # np.dtype(None) would be float64
+            raise TypeError("metadata_dtype must be a numpy dtype, got None")
+        try:
+            dtype = np.dtype(self.metadata_dtype)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"metadata_dtype must be a numpy dtype: {exc}") from None
+        if dtype.hasobject or dtype.subdtype is not None or not 0 < dtype.itemsize <= 65535:
+            raise ValueError("metadata_dtype must be a fixed-width dtype of 1 to 65535 bytes, "
+                             f"not a subarray or object dtype, got {dtype}")
         object.__setattr__(self, "metadata_dtype", dtype)
 
     @property

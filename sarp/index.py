@@ -20,7 +20,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from sarp import journal, recovery, snapshot
 from sarp._core.hashing import xxh64
 from sarp.background import Worker
 from sarp.block_ids import as_block_ids, block_ids
+from sarp.checks import check_int
 from sarp.config import Config, config_from_kwargs, digest_text, dumps, loads
 from sarp.errors import CorruptionError, IndexClosedError
 from sarp.insertion import insert as insert_path
@@ -403,16 +404,14 @@ class Index:
     def _max_retrieval(self, value: int | None) -> int:
         if value is None:
             return self.config.max_retrieval
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"max_retrieval must be a non-negative integer, got {value!r}")
-        return value
+        return check_int(value, "max_retrieval", 0)
 
 
 def open(path: str | os.PathLike, backend: str | None = None, *,
          memory_budget: int = 64 << 20, durability: str = "sync", direct_io: bool = True,
          background: bool = True, snapshot_every_inserts: int = 0,
          snapshot_every_seconds: float = 0.0, snapshot_on_close: bool = True,
-         store_options: dict[str, Any] | None = None, _rebuild: bool = False,
+         store_options: Mapping[str, Any] | None = None, _rebuild: bool = False,
          **config: Any) -> Index:
     """Create an index at ``path``, or reopen (recover) the one there.
 
@@ -430,6 +429,9 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
         raise ValueError(f"path {str(root)!r} is a file, not an index directory")
     _check_open_options(snapshot_every_inserts, snapshot_every_seconds,
                         background=background, snapshot_on_close=snapshot_on_close)
+    if store_options is not None and not isinstance(store_options, Mapping):
+        raise TypeError(f"store_options must be a mapping of option names to values, "
+                        f"got {store_options!r}")
     wanted = config_from_kwargs(config)
     cfg_file = root / CONFIG_FILE
     existing = cfg_file.exists()
@@ -442,7 +444,7 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
         if backend not in storage_backends.KINDS:
             raise CorruptionError(f"{str(root / STORE_DIR)!r} names an unknown store kind "
                                   f"{backend!r}")
-    elif backend not in storage_backends.KINDS:
+    elif not isinstance(backend, str) or backend not in storage_backends.KINDS:
         raise ValueError(f"backend must be one of {sorted(storage_backends.KINDS)}, "
                          f"got {backend!r}")
     store = storage_backends.open_store(backend, root / STORE_DIR, memory_budget=memory_budget,

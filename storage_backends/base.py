@@ -15,12 +15,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from sarp.checks import check_int
 from sarp.errors import CorruptionError, StoreClosedError, StoreKindError
 from storage_backends.calls import Calls
 from storage_backends.io import File, FileIO
 
 DURABILITY_MODES = ("sync", "group", "none")
 MAX_KEY = (1 << 64) - 1
+#: the largest memory budget a store takes (256 TiB)
+MAX_MEMORY_BUDGET = 1 << 48
 KIND_FILE = "STORE_KIND"
 SCAN_CHUNK = 1024
 
@@ -33,6 +36,15 @@ def check_key(key: object, name: str = "key") -> int:
     if not 0 <= k <= MAX_KEY:
         raise ValueError(f"{name} must be in [0, 2**64), got {k}")
     return k
+
+
+def check_io(io: object) -> FileIO:
+    """The ``io`` option of the file-based engines: a FileIO, or None for the default one."""
+    if io is None:
+        return FileIO()
+    if not isinstance(io, FileIO):
+        raise TypeError(f"io must be a storage_backends.io.FileIO, got {io!r}")
+    return io
 
 
 def check_value(value: object, name: str = "value") -> bytes:
@@ -101,10 +113,7 @@ class RecordStore(ABC):
     def __init__(self, path: str | Path, memory_budget: int, durability: str, direct_io: bool):
         if durability not in DURABILITY_MODES:
             raise ValueError(f"durability must be one of {DURABILITY_MODES}, got {durability!r}")
-        if isinstance(memory_budget, bool) or not isinstance(memory_budget, int):
-            raise TypeError("memory_budget must be an integer number of bytes")
-        if memory_budget <= 0:
-            raise ValueError(f"memory_budget must be positive, got {memory_budget}")
+        check_int(memory_budget, "memory_budget", 1, MAX_MEMORY_BUDGET)
         self.path = Path(path)
         self.memory_budget = memory_budget
         self.durability = durability

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from sarp._core.hashing import xxh64
+from sarp.checks import check_int
 from sarp.errors import ConfigMismatchError, CorruptionError
 from storage_backends import bloom
-from storage_backends.base import RecordStore
+from storage_backends.base import RecordStore, check_io
 from storage_backends.flashlog_log import BATCH_END, MAX_PAGE_KEYS, PUT, REC, TOMBSTONE, PageLog
 from storage_backends.flashlog_wal import Wal, WalHeader, read_wal, wal_path
 from storage_backends.io import FileIO, block_size
@@ -46,9 +47,9 @@ class FlashLogStore(RecordStore):
                  direct_io: bool = True, *, instances: int | None = None,
                  io: FileIO | None = None):
         super().__init__(path, memory_budget, durability, direct_io)
-        if instances is not None and not (0 < instances <= 1 << 16):
-            raise ValueError(f"instances must be in [1, 65536], got {instances}")
-        self._io = io or FileIO()
+        if instances is not None:
+            check_int(instances, "instances", 1, 1 << 16)
+        self._io = check_io(io)
         with self._claim(self._io):
             self._lock = threading.RLock()
             self.compactions = 0

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from sarp._core.hashing import xxh64
+from sarp.checks import check_int
 from sarp.errors import BadLengthError, ConfigMismatchError, CorruptionError
-from storage_backends.base import RecordStore
+from storage_backends.base import RecordStore, check_io
 from storage_backends.io import FileIO, aligned_buffer, block_size, round_up
 from storage_backends.superblock import read_superblock, write_superblock
 
@@ -37,6 +38,8 @@ LIVE, DELETED = 1, 2
 _VERSION = struct.Struct("<IB3xQQI")  # magic, flags, key, seq, length; then value, u64 checksum
 VERSION_OVERHEAD = _VERSION.size + 8
 SCAN_SLOTS = 256  # slots per read when scanning the file
+#: the largest max_value_size: a version (value + overhead, rounded up) must fit HEADER's u32
+MAX_VALUE_SIZE = (1 << 30)
 
 EMPTY, VALID, BAD = 0, 1, 2
 
@@ -53,9 +56,9 @@ class ODirectStore(RecordStore):
         super().__init__(path, memory_budget, durability, direct_io)
         if key_mode is not None and key_mode not in KEY_MODES:
             raise ValueError(f"key_mode must be one of {KEY_MODES}, got {key_mode!r}")
-        if max_value_size is not None and max_value_size < 0:
-            raise ValueError(f"max_value_size must be >= 0, got {max_value_size}")
-        self._io = io or FileIO()
+        if max_value_size is not None:
+            check_int(max_value_size, "max_value_size", 0, MAX_VALUE_SIZE)
+        self._io = check_io(io)
         with self._claim(self._io):
             self._lock = threading.RLock()
             clean = self._open_header(key_mode, max_value_size)

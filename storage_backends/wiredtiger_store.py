@@ -22,6 +22,7 @@ from typing import Any
 import wiredtiger
 from wiredtiger import stat
 
+from sarp.checks import check_int
 from sarp.errors import StoreError
 from storage_backends.base import RecordStore
 
@@ -77,9 +78,9 @@ class WiredTigerStore(RecordStore):
                  leaf_page_kb: int = LEAF_PAGE_KB):
         """``leaf_page_kb`` (a multiple of 4) applies when the table is created; an existing
         table keeps its own (``stats()["leaf_page_kb"]``)."""
-        if isinstance(leaf_page_kb, bool) or not isinstance(leaf_page_kb, int):
-            raise TypeError(f"leaf_page_kb must be an integer, got {type(leaf_page_kb).__name__}")
-        if not (0 < leaf_page_kb <= MAX_LEAF_PAGE_KB and leaf_page_kb % 4 == 0):
+        check_int(checkpoint_seconds, "checkpoint_seconds", 0, 100_000)
+        check_int(checkpoint_log_bytes, "checkpoint_log_bytes", 0, 2 << 30)
+        if check_int(leaf_page_kb, "leaf_page_kb", 4, MAX_LEAF_PAGE_KB) % 4:
             raise ValueError(f"leaf_page_kb must be a multiple of 4 in [4, {MAX_LEAF_PAGE_KB}], "
                              f"got {leaf_page_kb}")
         super().__init__(path, memory_budget, durability, direct_io)

@@ -52,6 +52,10 @@ def test_match_returns_blocks_tokens_ids_and_metadata(index):
         (dict(tokens=np.arange(64), block_ids=np.arange(4, dtype=np.uint64)), TypeError,
          "block_ids"),
         (dict(block_ids=[1.5, 2.5]), TypeError, "block_ids"),
+        (dict(tokens=set(range(64))), TypeError, "tokens must be a sequence"),
+        (dict(tokens=dict.fromkeys(range(64))), TypeError, "tokens must be a sequence"),
+        (dict(tokens=np.ma.masked_array(np.arange(64), mask=np.arange(64) == 3)), TypeError,
+         "tokens must not be a masked array"),
     ],
 )
 def test_bad_input_raises_and_leaves_the_index_unchanged(index, kwargs, exc, word):
@@ -94,9 +98,10 @@ def test_unknown_parameters_and_bad_paths(tmp_path):
     f.write_text("x")
     with pytest.raises(ValueError, match="is a file"):
         sarp.open(f, backend="memory")
-    with pytest.raises(ValueError, match="max_retrieval"):
-        with sarp.open(tmp_path / "k", backend="memory") as idx:
-            idx.match(tokens=np.arange(32), max_retrieval=-1)
+    with sarp.open(tmp_path / "k", backend="memory") as idx:
+        for bad, exc in [(-1, ValueError), (2**70, ValueError), (1.0, TypeError)]:
+            with pytest.raises(exc, match="max_retrieval"):
+                idx.match(tokens=np.arange(32), max_retrieval=bad)
 
 
 def test_closed_index_raises(tmp_path):
@@ -124,6 +129,25 @@ def test_closed_index_raises(tmp_path):
         (dict(direct_io="no"), TypeError, "direct_io"),
         (dict(background=1), TypeError, "background"),
         (dict(snapshot_on_close=None), TypeError, "snapshot_on_close"),
+        (dict(backend=["memory"]), ValueError, "backend must be one of"),
+        (dict(backend="flashlog", store_options=[("instances", 2)]), TypeError,
+         "store_options must be a mapping"),
+        (dict(backend="odirect", store_options={"max_value_size": "x"}), TypeError,
+         "max_value_size"),
+        (dict(backend="odirect", store_options={"io": 5}), TypeError, "io must be"),
+        (dict(backend="flashlog", store_options={"instances": 0}), ValueError, "instances"),
+        (dict(backend="wiredtiger", store_options={"checkpoint_seconds": -1}), ValueError,
+         "checkpoint_seconds"),
+        (dict(backend="wiredtiger", store_options={"checkpoint_seconds": "x"}), TypeError,
+         "checkpoint_seconds"),
+        (dict(backend="rocksdb", memory_budget=2**80), ValueError, "memory_budget"),
+        (dict(tau=2**70), ValueError, "tau"),
+        (dict(pruning_threshold=2**63), ValueError, "pruning_threshold"),
+        (dict(max_retrieval=2**64), ValueError, "max_retrieval"),
+        (dict(filter_fields=1, field_bits=64), ValueError, "field_bits at most 32"),
+        (dict(metadata_dtype=None), TypeError, "metadata_dtype"),
+        (dict(metadata_dtype="garbage"), TypeError, "metadata_dtype"),
+        (dict(metadata_dtype=np.dtype(("u1", (4,)))), ValueError, "subarray"),
     ],
 )
 def test_bad_open_options_raise_and_create_nothing(tmp_path, kwargs, exc, word):
