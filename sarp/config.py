@@ -180,5 +180,6 @@ def loads(raw: bytes, name: str) -> Config:
 
 
 def _checksum(cfg: dict[str, Any]) -> str:
-    """XXH64 (seed 0) of the configuration as compact sorted-key JSON, in hex."""
+    """XXH64 (seed 0) of the configuration as sorted-key JSON (``json.dumps`` separators),
+    in hex."""
     return f"{xxh64(json.dumps(cfg, sort_keys=True).encode()):016x}"

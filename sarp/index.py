@@ -79,11 +79,11 @@ class Index:
         self.segments = SegmentStore(store, config.meta_width)
         self.directory = RoutingDirectory(config)
         self.epoch = 0  # the newest snapshot's sequence number (0: none yet)
-        self.insert_seq = 0
+        self.record_seq = 0
         self.recovery: dict[str, Any] = {}
         self._journal: journal.JournalWriter | None = None
         self._dir_lock = threading.RLock()  # routing-directory writers
-        self._journal_lock = threading.Lock()  # journal records, insert_seq, journal switches
+        self._journal_lock = threading.Lock()  # journal records, record_seq, journal switches
         self._window_locks = [threading.Lock() for _ in range(WINDOW_LOCKS)]
         self._snapshot_lock = threading.Lock()
         self._worker = Worker(enabled=background)
@@ -137,13 +137,12 @@ class Index:
         def on_write(segs: list[Any], new_blocks: int) -> None:
             nonlocal wrote
             with self._dir_lock:
+                # Journaled before the segments become visible, under the directory lock
+                # (so no snapshot falls between): any insert that matches them and returns
+                # first syncs this record with its own (or a flush writes it).
+                self._journal_append([seg.segment_id for seg in segs], new_blocks)
                 for seg in segs:
                     place(seg.segment_id, seg.start, seg.block_ids, events=events)
-                # Journaled with the placement, under the directory lock: an insert that
-                # matches these segments and returns first is durable only with this
-                # record, and its own sync (or flush) writes it. A snapshot taken between
-                # holds both the placement and the record's count.
-                self._journal_append([seg.segment_id for seg in segs], new_blocks)
             wrote = True
 
         known, tail = self._matched.recall(q)
@@ -312,11 +311,11 @@ class Index:
         return segs
 
     def _journal_append(self, segment_ids: list[int], new_blocks: int) -> None:
-        """Append the record of segments just stored and placed (caller holds the directory
-        lock, so records follow the order of placement)."""
+        """Append the record of segments just stored, before they are placed (the caller
+        holds the directory lock, so records follow the order of placement)."""
         with self._journal_lock:
-            self.insert_seq += 1
-            self._journal.append(journal.Record(self.insert_seq, self.segments.next_id,
+            self.record_seq += 1
+            self._journal.append(journal.Record(self.record_seq, self.segments.next_id,
                                                 new_blocks, np.asarray(segment_ids)))
             self._count(indexed_blocks=new_blocks)  # in the same journal epoch
 

@@ -7,8 +7,11 @@ the segment), or starts a new segment (nothing shared). After an extension or a 
 every later window is new: the best stored segment ends, or departs from the sequence, inside
 this window, so no stored sequence shares the sequence's prefix into the next window (a
 candidate that MaxRetrieval left unread could, and then costs a redundant copy, never a
-wrong match). Metadata already stored for a block is kept: the first writer of a block
-prefix wins.
+wrong match). Metadata already stored for the prefix an insert verified is kept: the first
+writer wins there. Past it, the insert writes the caller's records; so where MaxRetrieval
+left a longer stored match unread, a block can hold two records, the first writer's and this
+caller's, and a match returns the record of the copy it reaches. Both name blocks their
+writers stored. With max_retrieval=0 every insert finds the longest stored match.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
-"""The insert journal (docs/journal_format.txt): the segments each insert wrote or extended
-since a snapshot, so that recovery re-reads and re-registers exactly those.
+"""The insert journal (docs/journal_format.txt): the segments inserts wrote or extended since
+a snapshot, so that recovery re-reads and re-registers exactly those.
 
-Journal N holds the inserts after snapshot N (journal 0: after the index was created). A
-record is appended after its segments are in the store and made durable with them: per insert
-under ``sync``, at ``flush()`` under ``group``, at close under ``none``. Appended records are
+Journal N holds the inserts after snapshot N (journal 0: after the index was created). An
+insert appends one record per batch of segments it stores, after they are in the store and
+before they are placed in the routing directory; records are made durable by the next sync:
+before each insert returns under ``sync``, at ``flush()`` under ``group``, at close under
+``none``. Appended records are
 kept in memory and written at the next sync (a group commit), or once ``WRITE_BEHIND`` bytes
 wait, so an insert between durable points costs no system call.
 """
@@ -26,7 +28,7 @@ MAGIC = b"SARPJRNL"
 VERSION = 1
 FILE_HEADER = struct.Struct("<8sIIQ")  # magic, version, reserved, snapshot seq
 RECORD_HEADER = struct.Struct("<IIQ")  # payload length, reserved, XXH64 of the payload
-PAYLOAD_HEADER = struct.Struct("<QQQI4x")  # insert seq, next segment id, new blocks, count
+PAYLOAD_HEADER = struct.Struct("<QQQI4x")  # record seq, next segment id, new blocks, count
 FILES = Numbered("journal-", ".log")
 #: appended record bytes held in memory before they are written without waiting for a sync
 WRITE_BEHIND = 64 << 10
@@ -34,7 +36,7 @@ WRITE_BEHIND = 64 << 10
 
 @dataclass
 class Record:
-    insert_seq: int
+    record_seq: int
     next_segment_id: int
     new_blocks: int
     segment_ids: np.ndarray  # uint64
@@ -42,7 +44,7 @@ class Record:
 
 def encode_record(r: Record) -> bytes:
     ids = np.asarray(r.segment_ids, dtype="<u8")
-    payload = PAYLOAD_HEADER.pack(r.insert_seq, r.next_segment_id, r.new_blocks,
+    payload = PAYLOAD_HEADER.pack(r.record_seq, r.next_segment_id, r.new_blocks,
                                   len(ids)) + ids.tobytes()
     return RECORD_HEADER.pack(len(payload), 0, xxh64(payload)) + payload
 

@@ -81,7 +81,7 @@ def recover(index: Index) -> dict[str, Any]:
 def _replay_record(index: Index, rec: journal.Record, report: dict[str, Any]) -> None:
     index.segments.advance_past(rec.next_segment_id - 1)
     index.counters["indexed_blocks"] += rec.new_blocks
-    index.insert_seq = max(index.insert_seq, rec.insert_seq)
+    index.record_seq = max(index.record_seq, rec.record_seq)
     report["journal_records"] += 1
     for seg in index.segments.read_many(rec.segment_ids.tolist()):
         if seg is None:  # written after its last durable point: not acknowledged

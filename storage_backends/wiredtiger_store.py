@@ -6,8 +6,8 @@ syncs before ``close()``. WiredTiger's checkpoint server checkpoints every ``che
 or ``checkpoint_log_bytes`` of log, so recovery replays a bounded log; ``close()`` checkpoints.
 
 WiredTiger sessions and cursors are single-threaded, so each thread gets its own pair (created
-on first use, reclaimed once the thread has ended, all closed by ``close()``). ``close()`` must
-not run while other threads are still calling the store.
+on first use, reclaimed once the thread has ended, all closed by ``close()``, which waits
+for the calls other threads are making: ``RecordStore.close``).
 """
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ def test_journal_record_naming_unstored_segments_is_skipped(tmp_path):
     last = records[-1]
     missing = [last.next_segment_id, last.next_segment_id + 1]
     w = journal.JournalWriter(FileIO(), jpath, seq)
-    w.append(journal.Record(last.insert_seq + 1, last.next_segment_id + 2, 7,
+    w.append(journal.Record(last.record_seq + 1, last.next_segment_id + 2, 7,
                             np.array(missing, dtype=np.uint64)))
     w.close()
     with sarp.open(path, backend="wiredtiger") as index:
@@ -173,7 +173,7 @@ def test_group_commit_writes_journal_records_at_flush(tmp_path):
         flushed = journal_bytes(path)
         assert flushed > empty
         records = journal.read(FileIO(), journal.files(path)[-1][1], last=True).records
-        assert [r.insert_seq for r in records] == [1, 2, 3, 4, 5]
+        assert [r.record_seq for r in records] == [1, 2, 3, 4, 5]
         insert(index, 5)
         assert journal_bytes(path) == flushed
     assert assert_all_match(path, 6)["journal_records"] == 6  # close wrote the last one
