@@ -26,6 +26,7 @@ from rocksdict import (
     WriteOptions,
 )
 
+from sarp.errors import CorruptionError
 from storage_backends.base import RecordStore
 
 _KEY = struct.Struct(">Q")
@@ -85,7 +86,16 @@ class RocksDBStore(RecordStore):
             self._count(syncs=1)
 
     def _get_many(self, keys: list[int]) -> list[bytes | None]:
-        return self._db.get([_KEY.pack(k) for k in keys])
+        try:
+            return self._db.get([_KEY.pack(k) for k in keys])
+        except Exception as exc:  # the binding raises plain Exception with RocksDB's status
+            raise self._damage(exc) from exc
+
+    def _damage(self, exc: Exception) -> Exception:
+        """RocksDB's "Corruption: ..." status as CorruptionError; other errors unchanged."""
+        if str(exc).startswith("Corruption"):
+            return CorruptionError(f"rocksdb store at {str(self.path)!r}: {exc}")
+        return exc
 
     def _scan(self) -> Iterator[tuple[int, bytes]]:
         return self._scan_chunks(self._read_chunk)
@@ -97,6 +107,10 @@ class RocksDBStore(RecordStore):
         while it.valid() and len(rows) < limit:
             rows.append((_KEY.unpack(it.key())[0], it.value()))
             it.next()
+        try:
+            it.status()  # an iterator stops early on an error: raise it
+        except Exception as exc:
+            raise self._damage(exc) from exc
         del it  # a live iterator would keep the database open after close()
         return rows
 
