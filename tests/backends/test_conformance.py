@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 from sarp.errors import ConfigMismatchError, StoreClosedError, StoreKindError, StoreLockedError
 from storage_backends import RecordStore, open_store
 from storage_backends.base import KIND_FILE, MAX_KEY, claim_directory
+from tests.closing import close_under_calls
 
 from .conftest import BUDGET, payload, value_limit
 
@@ -430,10 +430,8 @@ def test_close_waits_for_running_calls(kind: str, open_kind: Any, tmp_path: Path
     store = open_kind(kind, path, durability="sync")
     done: list[int] = []
     errors: list[BaseException] = []
-    started = threading.Barrier(5)
 
     def writer(t: int) -> None:
-        started.wait()
         try:
             for i in range(100_000):
                 key = t * 1_000_000 + i
@@ -446,18 +444,7 @@ def test_close_waits_for_running_calls(kind: str, open_kind: Any, tmp_path: Path
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=writer, args=(t,)) for t in range(4)]
-    for th in threads:
-        th.start()
-    started.wait()
-    while len(done) < 200:
-        time.sleep(0.001)
-    closers = [threading.Thread(target=store.close) for _ in range(2)]
-    for th in closers:
-        th.start()
-    for th in closers + threads:
-        th.join(60)
-    assert not any(th.is_alive() for th in closers + threads)
+    close_under_calls(store.close, writer, 4, lambda: len(done), 200)
     assert not errors, errors[0]
     assert store.closed
     if store.persistent:

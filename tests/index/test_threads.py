@@ -11,6 +11,7 @@ import pytest
 
 import sarp
 from sarp.errors import IndexClosedError
+from tests.closing import close_under_calls
 
 from .helpers import SMALL
 
@@ -174,10 +175,8 @@ def test_close_waits_for_running_calls(tmp_path, backend, durability):
     index = sarp.open(path, backend=backend, durability=durability, block_size=1, **SMALL)
     returned: list[int] = []
     errors: list[BaseException] = []
-    started = threading.Barrier(THREADS + 1)
 
     def worker(t: int) -> None:
-        started.wait()
         try:
             for n in range(100_000):
                 i = t * 100_000 + n
@@ -191,18 +190,7 @@ def test_close_waits_for_running_calls(tmp_path, backend, durability):
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(THREADS)]
-    for th in threads:
-        th.start()
-    started.wait()
-    while len(returned) < 3 * THREADS:
-        time.sleep(0.001)
-    closers = [threading.Thread(target=index.close) for _ in range(2)]
-    for th in closers:
-        th.start()
-    for th in closers + threads:
-        th.join(60)
-    assert not any(th.is_alive() for th in closers + threads), "close or a call hung"
+    close_under_calls(index.close, worker, THREADS, lambda: len(returned), 3 * THREADS)
     assert not errors, errors[0]
     with sarp.open(path) as again:
         for i in returned:
