@@ -4,13 +4,14 @@ An index directory holds ``sarp.json`` (format and configuration), ``store/`` (t
 of segment records), routing snapshots ``snapshot-N.snap`` and insert journals
 ``journal-N.log`` (journal N: the inserts after snapshot N).
 
-Concurrency (docs/architecture.md, "Threads"): matches take no lock; they read posting lists
-that are published whole (copy-on-write) and segment records that are written whole. Inserts
-take no index-wide lock: a window of an insert is matched, written and registered under the
-lock of its first block ID (one of ``WINDOW_LOCKS`` stripes), so two inserts race on a segment
-only if they share its prefix, and then one waits; registering in the routing directory takes
-the directory lock for the in-memory update only; the journal lock orders journal records.
-Back-fills, rematerializations and snapshot exports take the directory lock.
+Concurrency (docs/architecture.md, "Threads"): matches take no directory lock; they read
+posting lists that are published whole (copy-on-write) and segment records that are written
+whole. Inserts take no index-wide lock: a window of an insert is matched, written and
+registered under the lock of its first block ID (one of ``WINDOW_LOCKS`` stripes), so two
+inserts race on a segment only if they share its prefix, and then one waits; registering in the
+routing directory takes the directory lock for the in-memory update only; the journal lock
+orders journal records; close() waits for the calls running on other threads. Back-fills,
+rematerializations and snapshot exports take the directory lock.
 """
 
 from __future__ import annotations
