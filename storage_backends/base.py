@@ -167,9 +167,11 @@ class RecordStore(ABC):
         """Every live record, in ascending key order (used by rebuild and tests).
 
         A scan continued after ``close()`` raises StoreClosedError; the engine is not touched.
+        Starting the scan is a call ``close()`` waits for (some engines read everything then).
         """
-        self._check_open()
-        return self._checked_scan(self._scan())
+        with self._calls:
+            rows = self._scan()
+        return self._checked_scan(rows)
 
     def _checked_scan(self, rows: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, bytes]]:
         while True:
@@ -198,9 +200,11 @@ class RecordStore(ABC):
         try:
             self._close()
         finally:
-            if self._lock_file is not None:
-                self._lock_file.close()
-            self._calls.end_close()
+            try:
+                if self._lock_file is not None:
+                    self._lock_file.close()
+            finally:
+                self._calls.end_close()
 
     def stats(self) -> dict[str, Any]:
         """Logical counters (exact) plus what the engine can tell about itself."""

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -471,3 +472,47 @@ def test_failed_close_still_releases_the_store(kind: str, open_kind: Any,
     with pytest.raises(StoreClosedError):
         store.get(1)
     open_kind(kind, path).put(1, b"x")  # not StoreLockedError
+
+
+def test_close_waits_for_a_scan_being_started(kind: str, open_kind: Any, tmp_path: Path) -> None:
+    """Some engines read every record when a scan starts: close() waits for that read."""
+    store = open_kind(kind, tmp_path / "s")
+    store.put_many([(k, b"v") for k in range(100)])
+    entered, release = threading.Event(), threading.Event()
+    events: list[str] = []
+    engine_scan, engine_close = store._scan, store._close
+
+    def slow_scan() -> Any:
+        entered.set()
+        release.wait(30)
+        rows = engine_scan()
+        events.append("scan started")
+        return rows
+
+    def close() -> None:
+        events.append("close")
+        engine_close()
+
+    store._scan, store._close = slow_scan, close  # type: ignore[method-assign]
+    errors: list[BaseException] = []
+
+    def scan() -> None:
+        try:
+            list(store.scan())
+        except StoreClosedError:
+            pass  # continuing a scan after close() raises (lazy engines get there)
+        except BaseException as exc:
+            errors.append(exc)
+
+    scanner = threading.Thread(target=scan)
+    scanner.start()
+    entered.wait(30)
+    closer = threading.Thread(target=store.close)
+    closer.start()
+    time.sleep(0.2)  # a close that did not wait would run now
+    release.set()
+    scanner.join(30)
+    closer.join(30)
+    assert not errors, errors[0]
+    assert events == ["scan started", "close"]
+    assert store.closed
