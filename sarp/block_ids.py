@@ -6,12 +6,12 @@ computed itself. Both return a C-contiguous uint64 array, the form every kernel 
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterable, Mapping, Set
 
 import numpy as np
 
 from sarp._core.blockids import chain_block_ids, namespace_seed
+from sarp.checks import check_int
 
 _TOKEN_LIMIT = 2**32
 _ID_LIMIT = 2**64
@@ -26,7 +26,7 @@ def block_ids(
     h_{-1} = XXH64(namespace, seed=0); h_i = XXH64(the block's tokens as little-endian uint32
     bytes, seed=h_{i-1}). The namespace separates models, adapters and salts.
     """
-    size = _positive_int(block_size, "block_size")
+    size = check_int(block_size, "block_size", 1)
     if not isinstance(namespace, bytes):
         raise TypeError(f"namespace must be bytes, got {type(namespace).__name__}")
     toks = _integer_array(tokens, "tokens", _TOKEN_LIMIT, np.uint32)
@@ -39,18 +39,6 @@ def as_block_ids(ids: Iterable[int] | np.ndarray) -> np.ndarray:
             and ids.flags.c_contiguous):
         return ids  # every uint64 is a valid block ID
     return _integer_array(ids, "block_ids", _ID_LIMIT, np.uint64)
-
-
-def _positive_int(value: object, name: str) -> int:
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be an integer, got bool")
-    try:
-        n = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
-    if n <= 0:
-        raise ValueError(f"{name} must be positive, got {n}")
-    return n
 
 
 def _integer_array(values: object, name: str, limit: int, dtype: type) -> np.ndarray:

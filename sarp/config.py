@@ -23,6 +23,21 @@ DEFAULT_METADATA_DTYPE = np.dtype(
     [("node", "<u4"), ("tier", "u1"), ("flags", "u1"), ("reserved", "<u2"), ("address", "<u8")]
 )
 
+def check_metadata_dtype(value: object) -> np.dtype:
+    """``value`` as the dtype of one block's metadata record (a fixed-width, scalar or
+    structured dtype of 1 to 65535 bytes), or raise naming ``metadata_dtype``."""
+    if value is None:  # np.dtype(None) would be float64
+        raise TypeError("metadata_dtype must be a numpy dtype, got None")
+    try:
+        dtype = np.dtype(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"metadata_dtype must be a numpy dtype: {exc}") from None
+    if dtype.hasobject or dtype.subdtype is not None or not 0 < dtype.itemsize <= 65535:
+        raise ValueError("metadata_dtype must be a fixed-width dtype of 1 to 65535 bytes, "
+                         f"not a subarray or object dtype, got {dtype}")
+    return dtype
+
+
 #: The format of ``sarp.json`` this version writes and reads (docs/config_format.txt)
 FORMAT = 2
 
@@ -53,7 +68,7 @@ class Config:
         for name in ("block_size", "segment_blocks", "routing_points", "filter_fields",
                      "field_bits", "stride", "tau", "pruning_threshold", "max_retrieval"):
             value = getattr(self, name)
-            if not isinstance(value, int):  # numpy integers are stored as ints
+            if not isinstance(value, int):  # sarp.json stores Python ints (not numpy ones)
                 raise TypeError(f"{name} must be an integer, got {value!r}")
             check_int(value, name, 0 if name in ("pruning_threshold", "max_retrieval") else 1)
         for name in ("refinement", "filtering", "pruning"):
@@ -72,16 +87,7 @@ class Config:
             raise ValueError("filter_fields * stride must not exceed segment_blocks")
         if self.segment_blocks > 65535:
             raise ValueError("segment_blocks must be at most 65535")
-        if self.metadata_dtype is None:  # np.dtype(None) would be float64
-            raise TypeError("metadata_dtype must be a numpy dtype, got None")
-        try:
-            dtype = np.dtype(self.metadata_dtype)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"metadata_dtype must be a numpy dtype: {exc}") from None
-        if dtype.hasobject or dtype.subdtype is not None or not 0 < dtype.itemsize <= 65535:
-            raise ValueError("metadata_dtype must be a fixed-width dtype of 1 to 65535 bytes, "
-                             f"not a subarray or object dtype, got {dtype}")
-        object.__setattr__(self, "metadata_dtype", dtype)
+        object.__setattr__(self, "metadata_dtype", check_metadata_dtype(self.metadata_dtype))
 
     @property
     def interval(self) -> int:

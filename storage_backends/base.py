@@ -30,12 +30,7 @@ SCAN_CHUNK = 1024
 
 def check_key(key: object, name: str = "key") -> int:
     """Return ``key`` as an int in [0, 2**64), or raise naming the argument."""
-    if isinstance(key, bool) or not hasattr(key, "__index__"):
-        raise TypeError(f"{name} must be an integer, got {type(key).__name__}")
-    k = key.__index__()  # type: ignore[union-attr]
-    if not 0 <= k <= MAX_KEY:
-        raise ValueError(f"{name} must be in [0, 2**64), got {k}")
-    return k
+    return check_int(key, name, 0, MAX_KEY)
 
 
 def check_io(io: object) -> FileIO:

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from sarp.baselines.sealed import seal, unseal, write_atomic
-from sarp.config import DEFAULT_METADATA_DTYPE
+from sarp.checks import check_int
+from sarp.config import DEFAULT_METADATA_DTYPE, check_metadata_dtype
 from sarp.errors import ConfigMismatchError
 from storage_backends import KINDS
 
@@ -41,17 +42,10 @@ class Settings:
         optional = () if self.capped is None else ("capped",)
         for name in ("block_size", "segment_blocks", *optional):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
-            if value <= 0:
-                raise ValueError(f"{name} must be positive, got {value}")
-        try:
-            dtype = np.dtype(self.metadata_dtype)
-        except TypeError as e:
-            raise TypeError(f"metadata_dtype is not a numpy dtype: {e}") from None
-        if dtype.hasobject or not 0 < dtype.itemsize <= 65535:
-            raise ValueError("metadata_dtype must be a fixed-width dtype of 1 to 65535 bytes")
-        object.__setattr__(self, "metadata_dtype", dtype)
+            if not isinstance(value, int):  # the settings file stores Python ints
+                raise TypeError(f"{name} must be an integer, got {value!r}")
+            check_int(value, name, 1)
+        object.__setattr__(self, "metadata_dtype", check_metadata_dtype(self.metadata_dtype))
 
     @property
     def meta_width(self) -> int:
