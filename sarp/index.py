@@ -133,10 +133,8 @@ class Index:
             return {}
         events = Events()
         place = self.directory.place
-        wrote = False
 
         def on_write(segs: list[Any], new_blocks: int) -> None:
-            nonlocal wrote
             with self._dir_lock:
                 # Journaled before the segments become visible, under the directory lock
                 # (so no snapshot falls between): any insert that matches them and returns
@@ -144,7 +142,6 @@ class Index:
                 self._journal_append([seg.segment_id for seg in segs], new_blocks)
                 for seg in segs:
                     place(seg.segment_id, seg.start, seg.block_ids, events=events)
-            wrote = True
 
         known, tail = self._matched.recall(q)
         st = insert_path(self.config, self.directory, self.segments, q, meta,
@@ -164,7 +161,7 @@ class Index:
             c["inserts"] += 1
             for k in INSERT_COUNTERS:
                 c[k] += st[k]
-        self._maybe_snapshot(wrote)
+        self._maybe_snapshot(st["blocks_written"] > 0)
         return st
 
     @_call
@@ -250,7 +247,7 @@ class Index:
 
     def __enter__(self) -> Index:
         if not self._calls.open:
-            raise IndexClosedError(f"index at {str(self.path)!r} is closed")
+            raise self._calls.closed_error()
         return self
 
     def __exit__(self, *exc: object) -> None:
