@@ -8,14 +8,23 @@ from collections.abc import Callable
 
 
 def close_under_calls(close: Callable[[], None], worker: Callable[[int], None], threads: int,
-                      progress: Callable[[], int], at_least: int) -> None:
+                      progress: Callable[[], int], at_least: int,
+                      closed: type[Exception]) -> None:
     """Run ``worker(t)`` on ``threads`` threads; once ``progress()`` reaches ``at_least``, call
-    ``close`` on two threads at once. Fails if a worker or a close never returns."""
+    ``close`` on two threads at once. A worker may end by raising ``closed`` (its call came
+    after close() began). Fails if a worker raises anything else, or if a worker or a close
+    never returns."""
     started = threading.Barrier(threads + 1)
+    errors: list[BaseException] = []
 
     def run(t: int) -> None:
         started.wait()
-        worker(t)
+        try:
+            worker(t)
+        except closed:
+            pass
+        except BaseException as exc:
+            errors.append(exc)
 
     pool = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
     for th in pool:
@@ -29,3 +38,4 @@ def close_under_calls(close: Callable[[], None], worker: Callable[[int], None], 
     for th in closers + pool:
         th.join(60)
     assert not any(th.is_alive() for th in closers + pool), "close or a call never returned"
+    assert not errors, errors[0]
