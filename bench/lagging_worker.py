@@ -23,7 +23,7 @@ from sarp.bench.replay import prepare
 def held_replay(name: str, work: Path) -> dict[str, float]:
     """Replay ``name`` on the memory store with the worker held; SARP against exact."""
     p = prepare(name, load_workload(name))
-    index = sarp.open(work / "sarp", backend="memory")
+    index = sarp.open(work / "sarp", backend="memory", background=True)
     exact = open_baseline("exact", work / "exact", backend="memory")
     release = threading.Event()
     index._worker.submit(lambda: release.wait(3600))  # every later job waits behind this one

@@ -406,7 +406,7 @@ class Index:
 
 def open(path: str | os.PathLike, backend: str | None = None, *,
          memory_budget: int = 64 << 20, durability: str = "sync", direct_io: bool = True,
-         background: bool = True, snapshot_every_inserts: int = 0,
+         background: bool = False, snapshot_every_inserts: int = 0,
          snapshot_every_seconds: float = 0.0, snapshot_on_close: bool = True,
          store_options: Mapping[str, Any] | None = None, _rebuild: bool = False,
          **config: Any) -> Index:
@@ -419,6 +419,11 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
     only changes how queries search). After a reopen, ``index.recovery`` reports the time of
     each recovery step and the bytes read. One handle at a time: a second open of an open
     index raises ``StoreLockedError``.
+
+    ``background``: run refinement back-fills, rematerializations and periodic snapshots on a
+    worker thread. By default they run on the inserting thread, before its insert returns:
+    under CPython's GIL a worker cannot run them beside the request threads, and handing each
+    job to it costs thread switches (docs/architecture.md, "Where background work runs").
     """
     t0 = time.perf_counter()
     root = Path(path)

@@ -140,7 +140,11 @@ class RecordStore(ABC):
 
     def get(self, key: int) -> bytes | None:
         """The value stored under ``key``, or None."""
-        return self.get_many([key])[0]
+        key = check_key(key)
+        with self._calls:
+            value = self._get_many([key])[0]
+        self._count(logical_reads=1, bytes_read=0 if value is None else len(value))
+        return value
 
     def get_many(self, keys: Iterable[int]) -> list[bytes | None]:
         """Values for ``keys`` in order, None for each missing key."""

@@ -17,7 +17,8 @@ class Calls:
     """``with calls:`` around each call; ``begin_close()``/``end_close()`` around close."""
 
     def __init__(self, closed_error: Callable[[], Exception]):
-        self._cv = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._cv = threading.Condition(self._lock)
         self._running = 0
         self._state = OPEN
         self.closed_error = closed_error
@@ -28,16 +29,16 @@ class Calls:
 
     def __enter__(self) -> None:
         """Start a call; raises ``closed_error()`` once closing has begun."""
-        with self._cv:
+        with self._lock:
             if self._state != OPEN:
                 raise self.closed_error()
             self._running += 1
 
     def __exit__(self, *exc: object) -> None:
-        """End the call."""
-        with self._cv:
+        """End the call; the last one to end wakes a ``close()`` that waits for it."""
+        with self._lock:
             self._running -= 1
-            if not self._running:
+            if not self._running and self._state != OPEN:
                 self._cv.notify_all()
 
     def begin_close(self) -> bool:

@@ -71,7 +71,7 @@ def arg_type(check: Callable[[str], Any]) -> Callable[[str], Any]:
 positive_count = partial(count, positive=True)
 
 
-def _list(check: Callable[[str], Any], allow_none: bool = False) -> Callable[[str], list]:
+def comma_list(check: Callable[[str], Any], allow_none: bool = False) -> Callable[[str], list]:
     """An argparse type: a comma-separated list, each item checked (``none``: empty list)."""
     def parse(text: str) -> list:
         if allow_none and text == "none":
@@ -121,10 +121,10 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="sarp-bench", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="workloads x designs x backends")
-    r.add_argument("--workloads", type=_list(check_workload),
+    r.add_argument("--workloads", type=comma_list(check_workload),
                    help=f"comma-separated, from {', '.join(WORKLOADS)}, mooncake:PATH")
-    r.add_argument("--designs", type=_list(_design), help=f"from {', '.join(DESIGNS)}")
-    r.add_argument("--backends", type=_list(check_backend), help=f"from {', '.join(KINDS)}")
+    r.add_argument("--designs", type=comma_list(_design), help=f"from {', '.join(DESIGNS)}")
+    r.add_argument("--backends", type=comma_list(check_backend), help=f"from {', '.join(KINDS)}")
     r.add_argument("--scale", type=positive_number, help="workload scale (sessions multiplier)")
     r.add_argument("--repeat", type=arg_type(positive_count),
                    help="repetitions per row (medians reported)")
@@ -132,21 +132,21 @@ def parser() -> argparse.ArgumentParser:
                    help="a few minutes: small scale, 5 repetitions, time-boxed replays")
     r.add_argument("--time-limit", type=positive_number,
                    help="seconds per replay before cutting it")
-    r.add_argument("--threads", type=_list(positive_count, allow_none=True),
+    r.add_argument("--threads", type=comma_list(positive_count, allow_none=True),
                    help="request-thread counts for the scaling table, or none")
-    r.add_argument("--sweep", type=_list(count, allow_none=True),
+    r.add_argument("--sweep", type=comma_list(count, allow_none=True),
                    help="MaxRetrieval values (0 = unbounded), or none")
-    r.add_argument("--recovery-blocks", type=_list(positive_count, allow_none=True),
+    r.add_argument("--recovery-blocks", type=comma_list(positive_count, allow_none=True),
                    help="sizes of the recovery section, or none")
     _common(r)
     rec = sub.add_parser("recovery", help="recovery against size, with Redis as the anchor")
-    rec.add_argument("--blocks", type=_list(positive_count),
+    rec.add_argument("--blocks", type=comma_list(positive_count),
                      default=[1_000_000, 10_000_000],
                      help="comma-separated index sizes in blocks (default 1000000,10000000)")
     rec.add_argument("--workload", type=arg_type(check_workload), default="trace/magagent",
                      help=f"the workload grown to each size, from {', '.join(WORKLOADS)}, "
                           "mooncake:PATH (default trace/magagent)")
-    rec.add_argument("--designs", type=_list(_recovery_design), default=list(RECOVERY_DESIGNS),
+    rec.add_argument("--designs", type=comma_list(_recovery_design), default=list(RECOVERY_DESIGNS),
                      help=f"from {', '.join(RECOVERY_DESIGNS)} (default all)")
     rec.add_argument("--backend", type=arg_type(check_backend), default="wiredtiger",
                      help=f"from {', '.join(KINDS)} (default wiredtiger)")
@@ -154,10 +154,10 @@ def parser() -> argparse.ArgumentParser:
                      help="reopens of each index (the median one is reported; default 3)")
     _common(rec)
     sw = sub.add_parser("sweep", help="SARP's hit-rate loss against MaxRetrieval")
-    sw.add_argument("--workloads", type=_list(check_workload), default=QUICK_WORKLOADS,
+    sw.add_argument("--workloads", type=comma_list(check_workload), default=QUICK_WORKLOADS,
                     help=f"comma-separated, from {', '.join(WORKLOADS)}, mooncake:PATH "
                          f"(default {','.join(QUICK_WORKLOADS)})")
-    sw.add_argument("--budgets", type=_list(count), default=list(DEFAULT_BUDGETS),
+    sw.add_argument("--budgets", type=comma_list(count), default=list(DEFAULT_BUDGETS),
                     help="comma-separated MaxRetrieval values, 0 = unbounded (default "
                          f"{','.join(map(str, DEFAULT_BUDGETS))})")
     sw.add_argument("--scale", type=positive_number, default=1.0,

@@ -33,6 +33,29 @@ def test_lagging_worker_names_an_unknown_workload_and_the_choices(capsys):
     assert "check_workload" not in err
 
 
+@pytest.mark.parametrize("args, says", [
+    (["bogus"], "argument workloads: unknown workload 'bogus'"),
+    (["trace/magagent", "--backends", "floppy"], "argument --backends: unknown backend 'floppy'"),
+    (["trace/magagent", "--repeat", "0"], "argument --repeat: '0' is not a positive integer"),
+])
+def test_worker_thread_refuses_bad_values_naming_the_argument(capsys, args, says):
+    with pytest.raises(SystemExit) as exc:
+        script("worker_thread").main(args)
+    assert exc.value.code == 2
+    assert says in capsys.readouterr().err
+
+
+def test_worker_thread_compares_both_modes_on_a_small_trace(tmp_path, capsys):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(
+        f'{{"timestamp": {i}, "input_length": {16 * (4 + i)}, "output_length": 16, '
+        f'"hash_ids": {list(range(4 + i))}}}\n' for i in range(6)))
+    script("worker_thread").main([f"mooncake:{trace}", "--repeat", "1"])
+    row = capsys.readouterr().out.splitlines()[2].split("|")
+    assert row[1].strip() == f"mooncake:{trace}" and row[2].strip() == "memory"
+    assert float(row[3]) > 0 and float(row[4]) > 0
+
+
 @pytest.mark.parametrize("option, value, says", [
     ("--records", "-5", "'-5' is not a positive integer"),
     ("--sizes", "0", "'0' is not a positive integer"),

@@ -44,11 +44,12 @@ def meta(ids: np.ndarray) -> np.ndarray:
     return m
 
 
+@pytest.mark.parametrize("background", [False, True], ids=["inline", "worker"])
 @pytest.mark.parametrize("backend", ["wiredtiger", "flashlog", "odirect"])
-def test_concurrent_match_and_insert_stay_correct(tmp_path, backend):
+def test_concurrent_match_and_insert_stay_correct(tmp_path, backend, background):
     path = tmp_path / "i"
     index = sarp.open(path, backend=backend, durability="group", block_size=1,
-                      snapshot_every_inserts=50, **SMALL)
+                      snapshot_every_inserts=50, background=background, **SMALL)
     acked: list[int] = []
     errors: list[BaseException] = []
     lock = threading.Lock()
