@@ -56,6 +56,21 @@ def test_refinement_fires_above_tau_and_not_at_tau(tmp_path):
             assert e >= 0 and index.directory.table.list_len(e) == 1
 
 
+def test_background_work_runs_on_the_inserting_thread_by_default(tmp_path):
+    """Without ``background=True`` the refinement and the rematerialization an insert triggers
+    have run when it returns, and no worker thread is started."""
+    with sarp.open(tmp_path / "i", backend="memory", tau=2, pruning_threshold=2,
+                   **BASE) as index:
+        seqs = [divergent(1, i) for i in range(3)]
+        for s in seqs:
+            index.insert(tokens=s)
+        p0 = entry_of(index, sarp.block_ids(seqs[0], 1)[0])
+        assert index.directory.table.flags(p0) & rt.REFINED
+        st = index.stats()
+        assert st["backfills"] == 1 and st["rematerializations"] >= 1, st
+        assert not any(t.name == "sarp-background" for t in threading.enumerate())
+
+
 def test_entries_below_an_entry_being_back_filled_stay_private_until_published():
     """A segment placed while its base entry's back-fill runs registers at the midpoint in a
     private entry: a probe must not find a midpoint list without the older members."""
