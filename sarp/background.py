@@ -1,5 +1,7 @@
-"""The background worker: refinement back-fill and rematerialization run here, off the
-insertion path. With ``enabled=False`` jobs run inline, which makes tests deterministic."""
+"""The background worker: refinement back-fill, rematerialization and periodic snapshots run
+here, off the insertion path, when an index is opened with ``background=True``. With
+``enabled=False`` (the index's default) each job runs inline on the thread that submits it
+(docs/architecture.md, "Where background work runs")."""
 
 from __future__ import annotations
 
