@@ -140,20 +140,11 @@ class RecordStore(ABC):
 
     def get(self, key: int) -> bytes | None:
         """The value stored under ``key``, or None."""
-        key = check_key(key)
-        with self._calls:
-            value = self._get_many([key])[0]
-        self._count(logical_reads=1, bytes_read=0 if value is None else len(value))
-        return value
+        return self._get_counted([check_key(key)])[0]
 
     def get_many(self, keys: Iterable[int]) -> list[bytes | None]:
         """Values for ``keys`` in order, None for each missing key."""
-        checked = [check_key(k, "keys") for k in keys]
-        with self._calls:
-            values = self._get_many(checked)
-        self._count(logical_reads=len(checked),
-                    bytes_read=sum(len(v) for v in values if v is not None))
-        return values
+        return self._get_counted([check_key(k, "keys") for k in keys])
 
     def delete(self, key: int) -> None:
         """Remove ``key``; deleting a missing key is not an error."""
@@ -241,6 +232,14 @@ class RecordStore(ABC):
         except BaseException:
             self._lock_file.close()
             raise
+
+    def _get_counted(self, keys: list[int]) -> list[bytes | None]:
+        """The engine's values for checked ``keys``, counted as logical reads."""
+        with self._calls:
+            values = self._get_many(keys)
+        self._count(logical_reads=len(keys),
+                    bytes_read=sum(len(v) for v in values if v is not None))
+        return values
 
     def _check_open(self) -> None:
         if not self._calls.open:
