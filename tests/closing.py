@@ -31,6 +31,9 @@ def close_under_calls(close: Callable[[], None], worker: Callable[[int], None], 
         th.start()
     started.wait()
     while progress() < at_least:
+        # a worker that failed (or all that ended) would leave this loop waiting forever
+        assert not errors, errors[0]
+        assert any(th.is_alive() for th in pool), "the workers ended before the close"
         time.sleep(0.001)
     closers = [threading.Thread(target=close) for _ in range(2)]
     for th in closers:
