@@ -4,8 +4,8 @@ repetitions interleaved, and print the medians of throughput and insert latency 
 
     python bench/worker_thread.py trace/magagent synthetic/codeact --backends memory,rocksdb
 
-SSD-backed engines run as in ``sarp-bench run``: direct I/O and 10% of SSD-BlockHash's store
-size as the memory budget (``store_budget``).
+SARP is opened as ``sarp-bench run`` opens it: direct I/O, durability ``group`` and 10% of
+SSD-BlockHash's store size as the memory budget (``store_budget``).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-import sarp
 from sarp.bench.backends import check_backend
 from sarp.bench.catalog import WORKLOADS, check_workload, load_workload
 from sarp.bench.cli import arg_type, comma_list, positive_count
+from sarp.bench.designs import Setup, sarp_variant
 from sarp.bench.replay import Prepared, prepare, replay, store_budget
 
 MODES = {"inline": False, "worker": True}
@@ -29,9 +29,8 @@ MODES = {"inline": False, "worker": True}
 
 def measure(p: Prepared, backend: str, background: bool, work: Path) -> dict[str, float]:
     """One replay of ``p`` on a new index: requests/s, mean and p99 insert latency (us)."""
-    index = sarp.open(work / "index", backend=backend, durability="group",
-                      memory_budget=store_budget(p), direct_io=backend != "memory",
-                      background=background)
+    design = sarp_variant("sarp", "SARP", background=background)
+    index = design.open(work / "index", Setup(backend, store_budget(p), "group", True))
     try:
         t = replay(index, p)
     finally:

@@ -23,6 +23,7 @@ DEFAULT_METADATA_DTYPE = np.dtype(
     [("node", "<u4"), ("tier", "u1"), ("flags", "u1"), ("reserved", "<u2"), ("address", "<u8")]
 )
 
+
 def check_metadata_dtype(value: object) -> np.dtype:
     """``value`` as the dtype of one block's metadata record (a fixed-width, scalar or
     structured dtype of 1 to 65535 bytes), or raise naming ``metadata_dtype``."""
