@@ -182,10 +182,30 @@ class FlashLogStore(RecordStore):
         """Copy the live records into a new log, publish it in MANIFEST, drop the old log.
 
         Crash-safe: the new log is synced before MANIFEST names it, and the old one is removed
-        only after. Buffered records stay in the WAL, which is rotated to the new log.
+        only after. Buffered records stay in the WAL, which is rotated to the new log. If the
+        copy fails (a full disk, say), the new log is removed and the old one stays the store's,
+        so a later compaction starts from an empty file.
         """
         old = self._log
         new = self._new_log(old.number + 1)
+        try:
+            self._copy_live(old, new)
+            new.file.fdatasync()
+        except BaseException:
+            new.close()
+            self._io.unlink(new.path)
+            raise
+        self._write_manifest(new, 0, 0)
+        self._log = new
+        self._garbage = 0
+        assert self._wal is not None
+        self._rotate_wal(self._wal.header.number + 1)
+        old.close()
+        self._io.unlink(old.path)
+        self.compactions += 1
+
+    def _copy_live(self, old: PageLog, new: PageLog) -> None:
+        """Append every live record of ``old`` that no buffered write replaces to ``new``."""
         for inst in range(self._ninst):
             live = [(k, v) for k, (t, v) in old.newest(inst).items()
                     if t == PUT and k not in self._buffers[inst]]
@@ -199,15 +219,6 @@ class FlashLogStore(RecordStore):
                     page, size = [], 0
             if page:
                 new.append(inst, page)
-        new.file.fdatasync()
-        self._write_manifest(new, 0, 0)
-        self._log = new
-        self._garbage = 0
-        assert self._wal is not None
-        self._rotate_wal(self._wal.header.number + 1)
-        old.close()
-        self._io.unlink(old.path)
-        self.compactions += 1
 
     # -- the record-store primitives ---------------------------------------------------------------
     def _put_many(self, pairs: list[tuple[int, bytes]]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import random
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 from sarp.errors import ConfigMismatchError
 from storage_backends import open_store
 from storage_backends.flashlog import FlashLogStore
+from storage_backends.flashlog_log import PageLog
 from storage_backends.io import FileIO
 
 VALUE = 1576  # a full SARP segment record
@@ -96,3 +98,39 @@ def test_instances_are_fixed_at_creation(tmp_path: Path) -> None:
         _open(tmp_path / "s", instances=16)
     with _open(tmp_path / "s", instances=None) as s:
         assert s.stats()["instances"] == 8
+
+
+def test_a_failed_compaction_removes_its_new_log_and_loses_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compaction that fails before MANIFEST names its new log (here the disk is full while
+    live records are copied) raises from the put that triggered it, removes that log, keeps
+    every record (that put's included), and the next compaction succeeds."""
+    path = tmp_path / "s"
+    real_append = PageLog.append
+    failed = []
+
+    def append(log: PageLog, inst: int, recs: list) -> None:
+        if log.number > 1 and not failed:  # the first compaction's new log (log.2)
+            failed.append(log.path)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_append(log, inst, recs)
+
+    monkeypatch.setattr(PageLog, "append", append)
+    rng = random.Random(7)
+    keys = list(range(2000))
+    last: dict[int, bytes] = {}
+    with _open(path) as s:
+        with pytest.raises(OSError, match="No space left"):
+            for _ in range(8):
+                last = {k: rng.randbytes(VALUE) for k in keys}
+                s.put_many(last.items())
+        assert failed and not failed[0].exists()
+        assert s.stats()["compactions"] == 0
+        assert dict(s.scan()) == last  # the put that raised was applied whole
+        for _ in range(8):
+            last = {k: rng.randbytes(VALUE) for k in keys}
+            s.put_many(last.items())
+        assert s.stats()["compactions"] >= 1
+    with _open(path) as s:
+        assert dict(s.scan()) == last
+        assert len(list(path.glob("log.*"))) == 1
