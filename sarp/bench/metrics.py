@@ -180,5 +180,7 @@ def median_row(reps: list[dict[str, Any]]) -> dict[str, Any]:
         out[name] = statistics.median(values) if values else None
     out["requests"] = min(r["requests"] for r in reps)
     out["repeats"] = len(reps)
+    # in repetition order: repetition r of every design on a backend ran side by side
+    out["throughput_rps_reps"] = [r["throughput_rps"] for r in reps]
     out["truncated"] = any(r.get("truncated") for r in reps)
     return out

@@ -10,7 +10,7 @@ from sarp.bench.harness import RunOptions, run
 from sarp.bench.metrics import FIELDS
 from sarp.bench.progress import Progress
 from sarp.bench.recovery_bench import mix
-from sarp.bench.report import _budget_share, render
+from sarp.bench.report import _budget_share, paired_range, ratios, render
 from sarp.bench.results import load_results, write_results
 
 WORKLOAD = "synthetic/ultrachat"
@@ -39,6 +39,28 @@ def test_every_field_is_a_value_or_an_explicit_na(results):
             assert name in row, name
             if row[name] is None:
                 assert row["na"].get(name), f"{row['design']}: {name} is None without reason"
+
+
+def test_rows_keep_each_repetitions_throughput(results):
+    _, res = results
+    for row in res["rows"]:  # one repetition: its throughput is the row's
+        assert row["throughput_rps_reps"] == [row["throughput_rps"]], row["design"]
+
+
+def test_throughput_ratios_show_the_range_of_paired_repetitions():
+    def row(design, rps, reps):
+        return {"workload": "w", "design": design, "backend": "b", "throughput_rps": rps,
+                "throughput_rps_reps": reps, "match_mean_us": 10.0, "hit_loss_vs_exact": 0.0}
+
+    sarp = row("sarp", 300.0, [200.0, 300.0, 400.0])
+    radix = row("segment-radix-capped", 150.0, [100.0, 200.0, 100.0])  # pairs: 2, 1.5, 4
+    old = row("segment-hash", 100.0, None)  # a results file written before the field
+    assert paired_range(sarp, radix) == (1.5, 4.0)
+    assert paired_range(sarp, old) is None
+    assert paired_range(sarp, row("ssd-blockhash", 100.0, [100.0])) is None  # one pair
+    text = ratios([sarp, radix, old], "throughput_rps", False)
+    assert "| w | b | n/a | 2 (1.5-4) | 3 | 0 |" in text
+    assert "(" not in ratios([sarp, radix], "match_mean_us", True).split("\n")[2]
 
 
 def test_exact_oracle_has_no_loss(results):
