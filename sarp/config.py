@@ -74,9 +74,9 @@ class Config:
             check_int(value, name, 0 if name in ("pruning_threshold", "max_retrieval") else 1)
         for name in ("refinement", "filtering", "pruning"):
             if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be a bool")
+                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if not isinstance(self.namespace, bytes):
-            raise TypeError("namespace must be bytes")
+            raise TypeError(f"namespace must be bytes, got {type(self.namespace).__name__}")
         if self.filter_fields * self.field_bits != 64 or self.field_bits > 32:
             raise ValueError("filter_fields * field_bits must be 64 with field_bits at most 32, "
                              f"got {self.filter_fields} * {self.field_bits}")
