@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import sarp
+from sarp.background import Worker
 from sarp.errors import IndexClosedError
 from tests.closing import close_under_calls
 
@@ -191,3 +192,23 @@ def test_close_waits_for_running_calls(tmp_path, backend, durability):
         for i in returned:
             ids = sarp.block_ids(sequence(i), 1)
             assert again.match(block_ids=ids, max_retrieval=0).num_blocks == len(ids), i
+
+
+def test_worker_reports_a_failed_job_once_and_runs_the_later_ones():
+    """A job that raises on the worker thread is raised by the next ``drain()`` (once) or, if
+    none comes, by ``close()``: an error in background work is never lost."""
+    worker = Worker(enabled=True)
+    ran = []
+
+    def fail() -> None:
+        raise OSError("device gone")
+
+    worker.submit(fail)
+    worker.submit(lambda: ran.append(1))
+    with pytest.raises(OSError, match="device gone"):
+        worker.drain()
+    assert ran == [1]
+    worker.drain()
+    worker.submit(fail)
+    with pytest.raises(OSError, match="device gone"):
+        worker.close()
