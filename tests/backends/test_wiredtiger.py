@@ -3,11 +3,13 @@
 from pathlib import Path
 
 import pytest
+import wiredtiger
 
-from storage_backends import open_store
+from storage_backends import open_store, wiredtiger_store
 from storage_backends.wiredtiger_store import (
     DENSE_LEAF_PAGE_KB,
     LEAF_PAGE_KB,
+    ROLLBACK_RETRIES,
     WiredTigerStore,
     _leaf_page_kb,
 )
@@ -42,3 +44,53 @@ def test_metadata_sizes_parse() -> None:
     assert _leaf_page_kb("key_format=Q,leaf_page_max=32KB,leaf_value_max=0") == 32
     assert _leaf_page_kb("leaf_page_max=1MB") == 1024
     assert _leaf_page_kb("a=1,leaf_page_max=8192") == 8
+
+
+class _FullCacheCursor:
+    """A cursor whose insert() fails as WiredTiger's does when its cache cannot hold the
+    transaction (WT_ROLLBACK), while a transaction holds more than ``fits`` inserts or, for
+    ``fails`` more inserts, always."""
+
+    def __init__(self, cursor: object, fits: int, fails: int = 0):
+        self._cursor = cursor
+        self._fits, self._fails, self._in_txn = fits, fails, 0
+
+    def insert(self) -> None:
+        self._in_txn += 1
+        if self._fails or self._in_txn > self._fits:
+            self._fails = max(0, self._fails - 1)
+            raise wiredtiger.WiredTigerRollbackError("WT_ROLLBACK: cache full")
+        self._cursor.insert()
+
+    def reset(self) -> None:
+        self._in_txn = 0
+        self._cursor.reset()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._cursor, name)
+
+
+def test_a_batch_the_cache_cannot_hold_is_split_and_stored_whole(tmp_path: Path) -> None:
+    values = [(k, bytes([k % 251]) * 100) for k in range(10)]
+    with WiredTigerStore(tmp_path / "s", 1 << 20, "sync") as store:
+        h = store._handle()
+        h.cursor = _FullCacheCursor(h.cursor, fits=3)  # a transaction of 4 or more rolls back
+        store.put_many(values)
+        assert store.get_many([k for k, _ in values]) == [v for _, v in values]
+
+
+def test_a_record_that_keeps_rolling_back_is_retried_then_raised(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wiredtiger_store, "ROLLBACK_PAUSE_MAX", 0.001)
+    with WiredTigerStore(tmp_path / "s", 1 << 20, "sync") as store:
+        h = store._handle()
+        cursor = h.cursor
+        h.cursor = _FullCacheCursor(cursor, fits=1, fails=3)  # three pauses, then it fits
+        store.put(1, b"one")
+        assert store.get(1) == b"one"
+        h.cursor = _FullCacheCursor(cursor, fits=1, fails=ROLLBACK_RETRIES)
+        with pytest.raises(wiredtiger.WiredTigerRollbackError):
+            store.put(2, b"two")
+        assert store.get(2) is None
+        store.put(3, b"three")  # the handle is usable again
+        assert store.get_many([1, 3]) == [b"one", b"three"]
