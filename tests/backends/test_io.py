@@ -128,3 +128,24 @@ def test_power_loss_keeps_renamed_files_tracked(tmp_path: Path) -> None:
     f.pwrite(b"more", 3)
     io.crash("drop")
     assert (tmp_path / "x").read_bytes() == b""
+
+
+@pytest.mark.parametrize("op", ["write", "read"])
+def test_a_transfer_o_direct_rejects_switches_the_file_to_buffered_io(tmp_path: Path,
+                                                                      op: str) -> None:
+    """A file opened with O_DIRECT whose transfer the kernel refuses (EINVAL: here an
+    unaligned length) is reopened buffered, with a warning, and the transfer is done."""
+    (tmp_path / "f").write_bytes(b"xyz" * 10)
+    io = FileIO()
+    f = io.open(tmp_path / "f", direct=True)
+    if not f.direct:
+        pytest.skip("this file system refuses O_DIRECT at open")
+    with pytest.warns(RuntimeWarning, match="O_DIRECT"):
+        if op == "write":
+            f.pwrite(b"abc", 0)
+        else:
+            buf = bytearray(5)
+            assert f.pread(buf, 1) == 5 and buf == b"yzxyz"
+    assert not f.direct and io.direct_fallbacks == 1
+    f.close()
+    assert (tmp_path / "f").read_bytes()[:3] == (b"abc" if op == "write" else b"xyz")
