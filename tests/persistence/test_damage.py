@@ -313,3 +313,49 @@ def test_a_damaged_store_kind_marker_is_corruption(tmp_path):
     (path / "store" / "STORE_KIND").write_bytes(b"wiredtigeR\n")
     with pytest.raises(CorruptionError, match="unknown store kind 'wiredtigeR'"):
         sarp.open(path)
+
+
+@pytest.mark.parametrize("damage, fault", [
+    ("short", "shorter than a journal header"),
+    ("version", "not a journal of format version"),
+    ("count", "has a bad segment count"),
+])
+def test_a_damaged_journal_is_refused_naming_file_and_fault(tmp_path, damage, fault):
+    """A journal that is not one (cut inside its header, another format version) or holds a
+    checksummed record whose segment count disagrees with its length is never replayed."""
+    path = tmp_path / "i"
+    build(path, 0, 12, snapshots_at={5})
+    jpath = journal.files(path)[-1][1]
+    raw = jpath.read_bytes()
+    if damage == "short":
+        jpath.write_bytes(raw[:journal.FILE_HEADER.size - 1])
+    elif damage == "version":
+        jpath.write_bytes(raw[:8] + struct.pack("<I", journal.VERSION + 1) + raw[12:])
+    else:  # the first record, one segment id longer in its count, checksum made good
+        off = journal.FILE_HEADER.size
+        length, _, _ = journal.RECORD_HEADER.unpack_from(raw, off)
+        start = off + journal.RECORD_HEADER.size
+        payload = bytearray(raw[start:start + length])
+        seq, next_id, blocks, n = journal.PAYLOAD_HEADER.unpack_from(payload)
+        journal.PAYLOAD_HEADER.pack_into(payload, 0, seq, next_id, blocks, n + 1)
+        head = journal.RECORD_HEADER.pack(length, 0, xxh64(bytes(payload)))
+        jpath.write_bytes(raw[:off] + head + bytes(payload) + raw[start + length:])
+    with pytest.raises(RecoveryError, match=f"{jpath.name}: .*{fault}"):
+        sarp.open(path, backend="wiredtiger")
+
+
+def test_a_torn_tail_in_a_journal_that_a_newer_one_follows_is_refused(tmp_path):
+    """Only the newest journal can end in a torn record (the crash cut its last append); an
+    older one that does has lost acknowledged inserts, so recovery names it instead."""
+    path = tmp_path / "i"
+    build(path, 0, 12, snapshots_at={5})
+    files = journal.files(path)
+    assert [seq for seq, _ in files] == [0, 1]
+    older_path = files[0][1]
+    for snap in snapshot.candidates(path):  # no snapshot: replay journal 0, then journal 1
+        snap.unlink()
+    raw = older_path.read_bytes()
+    older_path.write_bytes(raw[:-5])
+    with pytest.raises(RecoveryError, match=f"{older_path.name}: damaged record at offset .* "
+                                            "that a newer one follows"):
+        sarp.open(path, backend="wiredtiger")
