@@ -1,4 +1,5 @@
-"""The I/O layer: aligned buffers, counters, the O_DIRECT fallback and simulated power loss."""
+"""The I/O layer: aligned buffers, counters, the O_DIRECT fallback, simulated power loss and
+superblocks."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from sarp.errors import StoreLockedError
+from sarp.errors import BadLengthError, BadMagicError, ChecksumError, StoreLockedError
 from storage_backends import io as sio
 from storage_backends.io import FileIO, PowerLossIO, aligned_buffer, block_size
+from storage_backends.superblock import read_superblock, write_superblock
 
 
 def test_block_size_is_at_least_4096(tmp_path: Path) -> None:
@@ -149,3 +151,20 @@ def test_a_transfer_o_direct_rejects_switches_the_file_to_buffered_io(tmp_path: 
     assert not f.direct and io.direct_fallbacks == 1
     f.close()
     assert (tmp_path / "f").read_bytes()[:3] == (b"abc" if op == "write" else b"xyz")
+
+
+@pytest.mark.parametrize("damage, error, words", [
+    (lambda raw: raw[:11], BadLengthError, "too short for a superblock"),
+    (lambda raw: b"SARPXXXX" + raw[8:], BadMagicError, "magic"),
+    (lambda raw: raw + b"\0", BadLengthError, "header says"),
+    (lambda raw: raw[:14] + bytes([raw[14] ^ 1]) + raw[15:], ChecksumError, "checksum"),
+])
+def test_a_damaged_superblock_raises_naming_file_and_fault(tmp_path: Path, damage, error,
+                                                           words) -> None:
+    """MANIFEST and odirect's HEADER and COPIES are superblocks: a damaged one is refused."""
+    path = tmp_path / "MANIFEST"
+    write_superblock(FileIO(), path, b"SARPTEST", b"payload!")
+    assert read_superblock(FileIO(), path, b"SARPTEST") == b"payload!"
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(error, match=f"MANIFEST: .*{words}"):
+        read_superblock(FileIO(), path, b"SARPTEST")
