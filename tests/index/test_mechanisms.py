@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import threading
 from collections import Counter
 
@@ -167,6 +168,53 @@ def test_rematerialization_of_a_missing_member_raises_corruption(tmp_path, backg
         # the insert that triggered it was acknowledged, and matches whole
         s = seqs[threshold]
         assert index.match(tokens=s, max_retrieval=0).num_blocks == len(s)
+
+
+def routing_state(index) -> dict[int, tuple]:
+    """Every routing entry by key: its flags and its members with their filters."""
+    t = index.directory.table
+    state = {}
+    for e in range(t.n_entries):
+        segs, filters = t.refs(e)
+        state[t.key_of(e)] = (t.flags(e), sorted(zip(segs.tolist(), filters.tolist(),
+                                                     strict=True)))
+    return state
+
+
+@pytest.mark.parametrize("build", ["refine", "remat"])
+def test_builds_in_flight_at_a_crash_are_redone_by_recovery(tmp_path, build):
+    """A snapshot taken while a back-fill or a rematerialization waits for the worker holds
+    the entry's pending flag and the build's entries unpublished. A recovery from it (here
+    from a copy of the index made then, as a crash would leave it) redoes the build before
+    serving, and ends with the routing state that the finished build gave."""
+    if build == "refine":
+        opts, flag, seqs = dict(pruning=False, tau=3), rt.REFINING, [divergent(1, i)
+                                                                     for i in range(4)]
+    else:
+        opts, flag, seqs = dict(refinement=False, pruning_threshold=3), rt.REMAT, [
+            divergent(6, i) for i in range(4)]
+    index = sarp.open(tmp_path / "i", backend="odirect", background=True, **opts, **BASE)
+    release = threading.Event()
+    try:
+        for s in seqs[:-1]:
+            index.insert(tokens=s)
+        index.drain()
+        index._worker.submit(lambda: release.wait(30))  # the worker lags behind the inserts
+        index.insert(tokens=seqs[-1])  # triggers the build, which waits
+        assert (index.directory.table.entry_flags() & flag).any()
+        index.snapshot()
+        shutil.copytree(tmp_path / "i", tmp_path / "crashed")
+        release.set()
+        index.drain()
+        finished = routing_state(index)
+    finally:
+        release.set()
+        index.close()
+    with sarp.open(tmp_path / "crashed") as recovered:
+        assert recovered.recovery["redone_builds"] == 1
+        assert routing_state(recovered) == finished
+        for s in seqs:
+            assert recovered.match(tokens=s).num_blocks == len(s)
 
 
 @pytest.mark.parametrize("seed", range(3))
