@@ -119,15 +119,20 @@ def test_odirect_flipped_newest_version_falls_back(tmp_path: Path) -> None:
         assert got == old
 
 
-def test_flashlog_damaged_wal_block_inside_is_corruption(tmp_path: Path) -> None:
+@pytest.mark.parametrize("block, fault", [(0, "bad WAL header"),
+                                          (3, "block 3 is damaged inside the log")])
+def test_flashlog_damaged_wal_block_is_corruption(tmp_path: Path, block: int,
+                                                  fault: str) -> None:
+    """A damaged WAL header, or a damaged block that intact ones follow, is corruption (only a
+    torn tail, with nothing intact after it, is dropped as an unacknowledged write)."""
     path = tmp_path / "s"
     with _open("flashlog", path, memory_budget=64 << 20) as s:  # big pages: all stays in the WAL
         for k in range(30):
             s.put(k, bytes([k]) * 3000)
             s.flush()
     wal = next(p for p in path.iterdir() if p.name.startswith("wal."))
-    _flip(wal, 3 * 4096 + 100)
-    with pytest.raises(CorruptionError):
+    _flip(wal, block * 4096 + 100)
+    with pytest.raises(CorruptionError, match=f"{wal.name}: {fault}"):
         _open("flashlog", path)
 
 
