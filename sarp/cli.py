@@ -1,6 +1,8 @@
 """The sarp command: maintenance of an existing index directory.
 
-    sarp rebuild PATH [--backend KIND]   rebuild the routing directory from a full segment scan
+    sarp rebuild PATH [--backend KIND] [--salvage]
+                                         rebuild the routing directory from a full segment scan
+                                         (--salvage: first salvage a damaged wiredtiger store)
     sarp stats PATH [--backend KIND]     open (recover) the index and print its statistics
 """
 
@@ -30,11 +32,15 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("path", help="the index directory (made by sarp.open)")
         p.add_argument("--backend", choices=sorted(KINDS),
                        help="the record store's kind (default: the one the index has)")
+        if name == "rebuild":
+            p.add_argument("--salvage", action="store_true",
+                           help="first rebuild a damaged wiredtiger store from its intact "
+                                "blocks (segments on damaged blocks are lost)")
     args = parser.parse_args(argv)
     try:
         require_index(args.path)
         if args.command == "rebuild":
-            report = sarp.rebuild(args.path, backend=args.backend)
+            report = sarp.rebuild(args.path, backend=args.backend, salvage=args.salvage)
         else:
             with sarp.open(args.path, backend=args.backend, snapshot_on_close=False) as index:
                 report = {"recovery": index.recovery, **index.stats()}

@@ -499,12 +499,30 @@ def require_index(path: str | os.PathLike) -> None:
         raise ValueError(f"path {str(path)!r} holds no SARP index")
 
 
-def rebuild(path: str | os.PathLike, backend: str | None = None,
+def rebuild(path: str | os.PathLike, backend: str | None = None, *, salvage: bool = False,
             **kwargs: Any) -> dict[str, Any]:
     """The slow path: rebuild the routing directory from a full scan of the segment store and
-    publish it as a new snapshot (for when no usable snapshot exists). Returns a report."""
+    publish it as a new snapshot (for when no usable snapshot exists). Returns a report.
+
+    ``salvage``: first salvage the segment store (wiredtiger only: ``wiredtiger_store.salvage``),
+    after a read found it damaged; segments on damaged blocks are lost, which only shortens
+    matches."""
     require_index(path)
+    if not isinstance(salvage, bool):
+        raise TypeError(f"salvage must be a bool, got {salvage!r}")
+    t0 = time.perf_counter()
+    if salvage:
+        store_path = Path(path) / STORE_DIR
+        kind = backend or storage_backends.stored_kind(store_path)
+        if kind != "wiredtiger":
+            raise ValueError(f"salvage needs a wiredtiger store; the index at {str(path)!r} "
+                             f"has a {kind} store")
+        from storage_backends.wiredtiger_store import salvage as salvage_store  # engines load
+        salvage_store(store_path)  # on first use (storage_backends.KINDS)
+    salvage_s = time.perf_counter() - t0
     with open(path, backend, _rebuild=True, snapshot_on_close=False, **kwargs) as index:
         report = dict(index.recovery)
         report.update(index.directory.stats())
+    if salvage:
+        report["salvage_s"] = salvage_s
     return report

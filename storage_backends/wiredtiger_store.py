@@ -12,19 +12,20 @@ for the calls other threads are making: ``RecordStore.close``).
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import wiredtiger
 from wiredtiger import stat
 
 from sarp.checks import check_int
-from sarp.errors import StoreError
-from storage_backends.base import RecordStore
+from sarp.errors import CorruptionError, StoreError
+from storage_backends.base import RecordStore, stored_kind
 
 TABLE = "table:records"
 FILE = "file:records.wt"  # the table's file, whose metadata holds its page sizes
@@ -51,10 +52,31 @@ MAX_LEAF_PAGE_KB = 512 << 10  # WiredTiger's limit, 512 MB
 # about 0.1-0.3 s and 200 MB of disk, more than the rest of SARP's recovery. 4 MB files open in
 # about 10 ms; recovery still replays only the log since the last checkpoint.
 LOG_FILE_MAX = "4MB"
+# WiredTiger stops a connection that reads damaged data (a block failing its checksum): this call
+# and every later one fail with WT_PANIC. By default it then aborts the process, which would
+# take the server embedding the index down with it; corruption_abort=false makes it return.
+NO_ABORT = "debug_mode=(corruption_abort=false)"
+PANIC = wiredtiger.wiredtiger_strerror(wiredtiger.WT_PANIC)
 # WiredTiger statistics reported by stats(), as wt_<name>.
 STATS = ("cache_bytes_inuse", "cache_bytes_max", "cache_pages_inuse", "cache_read",
          "cache_write", "cache_bytes_read", "block_read", "block_write", "block_byte_read",
          "block_byte_write", "log_sync", "checkpoints_total_succeed")
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _damage_checked(method: F) -> F:
+    """``method`` of the store with WiredTiger's panic raised as CorruptionError."""
+    @functools.wraps(method)
+    def run(self: WiredTigerStore, *args: Any) -> Any:
+        try:
+            return method(self, *args)
+        except wiredtiger.WiredTigerError as exc:
+            if PANIC not in str(exc):
+                raise
+            raise self._damage(exc) from exc
+    return run  # type: ignore[return-value]
 
 
 class _Handle:
@@ -92,29 +114,55 @@ class WiredTigerStore(RecordStore):
             config = (f"create,cache_size={self._cache_size},session_max={SESSION_MAX},"
                       f"log=(enabled=true,remove=true,file_max={LOG_FILE_MAX}),"
                       f"statistics=(fast),{EVICTION},"
-                      f"checkpoint=(wait={checkpoint_seconds},log_size={checkpoint_log_bytes})")
+                      f"checkpoint=(wait={checkpoint_seconds},log_size={checkpoint_log_bytes}),"
+                      f"{NO_ABORT}")
             if self.direct_io:
                 config += ",direct_io=[data,checkpoint]"
             try:
                 self._conn = wiredtiger.wiredtiger_open(str(home), config)
             except wiredtiger.WiredTigerError as e:
+                if PANIC in str(e):
+                    raise self._damage(e) from e
                 raise StoreError(f"cannot open WiredTiger at {str(home)!r} ({config}): {e}") \
                     from e
             self._local = threading.local()
             self._handles: list[_Handle] = []
             self._handles_lock = threading.Lock()
             try:
-                setup = self._conn.open_session()
-                setup.create(TABLE,
-                             f"key_format=Q,value_format=u,leaf_page_max={leaf_page_kb}KB")
-                meta = setup.open_cursor("metadata:")
-                meta.set_key(FILE)
-                meta.search()
-                self.leaf_page_kb = _leaf_page_kb(meta.get_value())
-                setup.close()
+                self.leaf_page_kb = self._setup(leaf_page_kb)
             except BaseException:
-                self._conn.close()
+                try:
+                    self._conn.close()
+                except wiredtiger.WiredTigerError:
+                    pass  # stopped by a panic, which the setup raised
                 raise
+
+    @_damage_checked
+    def _setup(self, leaf_page_kb: int) -> int:
+        """Create the table if it is new; its leaf page size in KiB."""
+        setup = self._conn.open_session()
+        setup.create(TABLE, f"key_format=Q,value_format=u,leaf_page_max={leaf_page_kb}KB")
+        meta = setup.open_cursor("metadata:")
+        meta.set_key(FILE)
+        meta.search()
+        size = _leaf_page_kb(meta.get_value())
+        setup.close()
+        return size
+
+    @_damage_checked
+    def _salvage(self) -> None:
+        session = self._conn.open_session()
+        try:
+            session.salvage(TABLE, None)
+        finally:
+            session.close()
+
+    def _damage(self, exc: Exception) -> CorruptionError:
+        """WiredTiger's panic as CorruptionError: what it found went to stderr."""
+        return CorruptionError(
+            f"wiredtiger store at {str(self.path)!r}: WiredTiger found damaged data and "
+            f"stopped ({exc}); its report on stderr names the file and block, and every later "
+            f"call on this store fails")
 
     def _handle(self) -> _Handle:
         h = getattr(self._local, "handle", None)
@@ -185,12 +233,15 @@ class WiredTigerStore(RecordStore):
             h.cursor.reset()  # release the cursor's page before the next transaction
             return
 
+    @_damage_checked
     def _put_many(self, pairs: list[tuple[int, bytes]]) -> None:
         self._write(pairs)  # type: ignore[arg-type]
 
+    @_damage_checked
     def _delete(self, key: int) -> None:
         self._write([(key, None)])
 
+    @_damage_checked
     def _get_many(self, keys: list[int]) -> list[bytes | None]:
         c = self._handle().cursor
         out: list[bytes | None] = []
@@ -203,6 +254,7 @@ class WiredTigerStore(RecordStore):
     def _scan(self) -> Iterator[tuple[int, bytes]]:
         return self._scan_chunks(self._read_chunk)
 
+    @_damage_checked
     def _read_chunk(self, first: int, limit: int) -> list[tuple[int, bytes]]:
         c = self._handle().cursor
         rows: list[tuple[int, bytes]] = []
@@ -220,6 +272,7 @@ class WiredTigerStore(RecordStore):
         c.reset()
         return rows
 
+    @_damage_checked
     def _flush(self) -> None:
         h = self._handle()
         if self.durability == "none":
@@ -229,13 +282,17 @@ class WiredTigerStore(RecordStore):
             if self.durability == "group":
                 self._count(syncs=1)
 
+    @_damage_checked
     def _close(self) -> None:
         with self._handles_lock:
-            for h in self._handles:
+            handles, self._handles = self._handles, []
+        try:
+            for h in handles:
                 h.session.close()
-            self._handles.clear()
-        self._conn.close()  # takes a final checkpoint
+        finally:
+            self._conn.close()  # takes a final checkpoint (after a panic: only frees it)
 
+    @_damage_checked
     def _engine_stats(self) -> dict[str, Any]:
         cursor = self._handle().session.open_cursor("statistics:")
         try:
@@ -245,6 +302,18 @@ class WiredTigerStore(RecordStore):
             cursor.close()
         out["leaf_page_kb"] = self.leaf_page_kb
         return out
+
+
+def salvage(path: str | Path) -> None:
+    """Rebuild the table of the wiredtiger store at ``path`` from its blocks that pass their
+    checksums (WiredTiger's salvage), after a read found damage (``CorruptionError``).
+
+    Records on damaged blocks are lost, and an older version of a record may come back in
+    place of a lost newer one. The store must not be open elsewhere (its lock is taken)."""
+    if stored_kind(Path(path)) != WiredTigerStore.kind:
+        raise ValueError(f"path {str(path)!r} holds no wiredtiger store")
+    with WiredTigerStore(path, direct_io=False) as store:
+        store._salvage()
 
 
 def _leaf_page_kb(file_config: str) -> int:

@@ -1,5 +1,10 @@
-"""The wiredtiger engine's leaf page size: by key pattern, fixed at creation."""
+"""The wiredtiger engine: leaf page size (by key pattern, fixed at creation), rollbacks under a
+full cache, and damaged data (CorruptionError, never an aborted process)."""
 
+import json
+import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -94,3 +99,53 @@ def test_a_record_that_keeps_rolling_back_is_retried_then_raised(
         assert store.get(2) is None
         store.put(3, b"three")  # the handle is usable again
         assert store.get_many([1, 3]) == [b"one", b"three"]
+
+
+# Reads keys of a wiredtiger store in a subprocess, so that a WiredTiger abort fails the test
+# rather than the test run: prints, per key, its value's hex or "corruption", then close's.
+_READER = """
+import json, sys
+from sarp.errors import CorruptionError
+from storage_backends import open_store
+out = []
+store = open_store("wiredtiger", sys.argv[1], 1 << 20, "sync", direct_io=False)
+for key in map(int, sys.argv[2:]):
+    try:
+        value = store.get(key)
+        out.append(None if value is None else value.hex())
+    except CorruptionError as exc:
+        out.append("corruption" if "damaged data" in str(exc) else str(exc))
+try:
+    store.close()
+    out.append("closed")
+except CorruptionError:
+    out.append("corruption")
+print(json.dumps(out))
+"""
+
+
+def _read_in_subprocess(path: Path, keys: list[int]) -> list[str | None]:
+    run = subprocess.run([sys.executable, "-c", _READER, str(path), *map(str, keys)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(run.stdout)
+
+
+def test_a_damaged_block_is_corruption_and_stops_the_store(tmp_path: Path) -> None:
+    rng = random.Random(3)
+    values = {k: rng.randbytes(1500) for k in range(2000)}
+    path = tmp_path / "s"
+    with WiredTigerStore(path, 1 << 20, "sync", direct_io=False) as store:
+        store.put_many(values.items())
+    table = path / "wt" / "records.wt"
+    data = bytearray(table.read_bytes())
+    at = data.find(values[1500][700:760])
+    assert at >= 0 and data.find(values[1500][700:760], at + 1) < 0
+    data[at + 10] ^= 0x40
+    table.write_bytes(bytes(data))
+    intact = values[7].hex()
+    # An intact block reads; the damaged one raises; then the store is stopped: every call
+    # raises, close() too, but it releases the store, which opens again and reads as before.
+    for _ in range(2):
+        assert _read_in_subprocess(path, [7, 1500, 7]) == [
+            intact, "corruption", "corruption", "corruption"]

@@ -359,3 +359,66 @@ def test_a_torn_tail_in_a_journal_that_a_newer_one_follows_is_refused(tmp_path):
     with pytest.raises(RecoveryError, match=f"{older_path.name}: damaged record at offset .* "
                                             "that a newer one follows"):
         sarp.open(path, backend="wiredtiger")
+
+
+# Opens the index at argv[1] and matches sequence argv[2] in a subprocess, so that a WiredTiger
+# abort fails the test rather than the test run; prints the CorruptionError's message (the
+# open raises it when recovery reads the damaged block, else the match).
+_DAMAGED_MATCH = """
+import sys
+import sarp
+from sarp.errors import CorruptionError
+from tests.persistence.workload import sequence
+try:
+    with sarp.open(sys.argv[1]) as index:
+        index.match(tokens=sequence(int(sys.argv[2])), max_retrieval=0)
+except CorruptionError as exc:
+    print(exc)
+"""
+
+
+def test_a_damaged_wiredtiger_store_is_corruption_then_salvaged_and_rebuilt(tmp_path, capsys):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from sarp.cli import main
+
+    path, n, damaged = tmp_path / "i", 120, 119
+    build(path, 0, n)
+    with sarp.open(path, backend="wiredtiger") as index:
+        segments = sum(1 for _ in index.store.scan())
+    # the block IDs of the new segment that sequence 119's own tail starts
+    ids = sarp.block_ids(sequence(damaged), B)
+    s = CONFIG["segment_blocks"]
+    needle = ids[-(len(ids) % s or s):].astype("<u8").tobytes()
+    table = path / "store" / "wt" / "records.wt"
+    assert table.read_bytes().count(needle) == 1
+    flip(table, table.read_bytes().find(needle) + 3)
+    run = subprocess.run([sys.executable, "-c", _DAMAGED_MATCH, str(path), str(damaged)],
+                         capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).parents[2])
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "WiredTiger found damaged data" in run.stdout
+    capsys.readouterr()
+    assert main(["rebuild", str(path), "--salvage"]) == 0
+    assert '"salvage_s"' in capsys.readouterr().out
+    with sarp.open(path) as index:
+        assert 0 < sum(1 for _ in index.store.scan()) < segments  # the damaged page's are lost
+        matched = [check_match(index, i) == len(sequence(i)) // B for i in range(n)]
+    assert not matched[damaged] and 0 < sum(matched) < n
+    build(path, n, n + 2)  # and the index takes inserts again
+    with sarp.open(path) as index:
+        assert all(check_match(index, i) == len(sequence(i)) // B for i in (n, n + 1))
+
+
+def test_salvage_needs_a_wiredtiger_store(tmp_path, capsys):
+    from sarp.cli import main
+
+    path = tmp_path / "i"
+    with sarp.open(path, backend="rocksdb", **CONFIG) as index:
+        insert(index, 0)
+    assert main(["rebuild", str(path), "--salvage"]) == 1
+    assert "salvage needs a wiredtiger store" in capsys.readouterr().err
+    with pytest.raises(TypeError, match="salvage must be a bool"):
+        sarp.rebuild(path, salvage=1)
