@@ -107,7 +107,11 @@ def redo_pending(index: Index, report: dict[str, Any]) -> None:
 
 
 def rebuild(index: Index) -> dict[str, Any]:
-    """Re-register every stored segment in id order (no snapshot or journal is read)."""
+    """Re-register every stored segment in id order (no snapshot or journal is read).
+
+    ``indexed_blocks`` becomes the stored block count: unlike the count inserts keep, it
+    includes the copies of shared prefixes that diverging inserts wrote, which a scan cannot
+    tell from the blocks they copy without matching every segment."""
     t0 = time.perf_counter()
     blocks = 0
     for seg in index.segments.scan():
