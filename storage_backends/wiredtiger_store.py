@@ -119,10 +119,8 @@ class WiredTigerStore(RecordStore):
             if self.direct_io:
                 config += ",direct_io=[data,checkpoint]"
             try:
-                self._conn = wiredtiger.wiredtiger_open(str(home), config)
-            except wiredtiger.WiredTigerError as e:
-                if PANIC in str(e):
-                    raise self._damage(e) from e
+                self._conn = self._connect(home, config)
+            except wiredtiger.WiredTigerError as e:  # any but a panic (CorruptionError)
                 raise StoreError(f"cannot open WiredTiger at {str(home)!r} ({config}): {e}") \
                     from e
             self._local = threading.local()
@@ -136,6 +134,10 @@ class WiredTigerStore(RecordStore):
                 except wiredtiger.WiredTigerError:
                     pass  # stopped by a panic, which the setup raised
                 raise
+
+    @_damage_checked
+    def _connect(self, home: Path, config: str) -> Any:
+        return wiredtiger.wiredtiger_open(str(home), config)
 
     @_damage_checked
     def _setup(self, leaf_page_kb: int) -> int:
@@ -310,8 +312,10 @@ def salvage(path: str | Path) -> None:
 
     Records on damaged blocks are lost, and an older version of a record may come back in
     place of a lost newer one. The store must not be open elsewhere (its lock is taken)."""
-    if stored_kind(Path(path)) != WiredTigerStore.kind:
-        raise ValueError(f"path {str(path)!r} holds no wiredtiger store")
+    kind = stored_kind(Path(path))
+    if kind != WiredTigerStore.kind:
+        raise ValueError(f"salvage needs a wiredtiger store; {str(path)!r} holds "
+                         f"{'no store' if kind is None else f'a {kind} store'}")
     with WiredTigerStore(path, direct_io=False) as store:
         store._salvage()
 
