@@ -2,7 +2,8 @@
 
     sarp rebuild PATH [--backend KIND] [--salvage]
                                          rebuild the routing directory from a full segment scan
-                                         (--salvage: first salvage a damaged wiredtiger store)
+                                         (--salvage: first repair a damaged wiredtiger
+                                         or rocksdb store)
     sarp stats PATH [--backend KIND]     open (recover) the index and print its statistics
 """
 
@@ -34,8 +35,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="the record store's kind (default: the one the index has)")
         if name == "rebuild":
             p.add_argument("--salvage", action="store_true",
-                           help="first rebuild a damaged wiredtiger store from its intact "
-                                "blocks (segments on damaged blocks are lost)")
+                           help="first repair a damaged wiredtiger or rocksdb store with its "
+                                "engine's tool (segments on damaged parts are lost)")
     args = parser.parse_args(argv)
     try:
         require_index(args.path)

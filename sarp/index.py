@@ -504,20 +504,16 @@ def rebuild(path: str | os.PathLike, backend: str | None = None, *, salvage: boo
     """The slow path: rebuild the routing directory from a full scan of the segment store and
     publish it as a new snapshot (for when no usable snapshot exists). Returns a report.
 
-    ``salvage``: first salvage the segment store (wiredtiger only: ``wiredtiger_store.salvage``),
-    after a read found it damaged; segments on damaged blocks are lost, which only shortens
-    matches."""
+    ``salvage``: first repair the segment store with its engine's tool
+    (``storage_backends.salvage``: wiredtiger or rocksdb), after a read found it damaged;
+    segments on damaged parts are lost, which only shortens matches."""
     require_index(path)
     if not isinstance(salvage, bool):
         raise TypeError(f"salvage must be a bool, got {salvage!r}")
-    if salvage and backend not in (None, "wiredtiger"):
-        raise ValueError(f"salvage needs a wiredtiger store, got backend {backend!r}")
     report: dict[str, Any] = {}
     if salvage:
-        # imported here: storage_backends loads an engine's module on first use (KINDS)
-        from storage_backends.wiredtiger_store import salvage as salvage_store
         t0 = time.perf_counter()
-        salvage_store(Path(path) / STORE_DIR)
+        storage_backends.salvage(Path(path) / STORE_DIR, backend)
         report["salvage_s"] = time.perf_counter() - t0
     with open(path, backend, _rebuild=True, snapshot_on_close=False, **kwargs) as index:
         report.update(index.recovery)

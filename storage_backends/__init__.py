@@ -11,6 +11,7 @@ import inspect
 from pathlib import Path
 from typing import Any
 
+from sarp.errors import StoreKindError
 from storage_backends.base import DURABILITY_MODES, RecordStore, stored_kind
 
 # kind -> (module, class name)
@@ -21,6 +22,8 @@ KINDS: dict[str, tuple[str, str]] = {
     "flashlog": ("storage_backends.flashlog", "FlashLogStore"),
     "odirect": ("storage_backends.odirect", "ODirectStore"),
 }
+#: the kinds whose engine has a repair tool: kind -> the module of its ``salvage(path)``
+SALVAGE: dict[str, str] = {kind: KINDS[kind][0] for kind in ("wiredtiger", "rocksdb")}
 
 
 def open_store(
@@ -53,4 +56,22 @@ def open_store(
                      direct_io=direct_io, **options)
 
 
-__all__ = ["DURABILITY_MODES", "KINDS", "RecordStore", "open_store", "stored_kind"]
+def salvage(path: str | Path, kind: str | None = None) -> str:
+    """Repair the damaged store at ``path`` with its engine's own tool (``SALVAGE``), after a
+    read raised CorruptionError, keeping the records it can still read; returns the store's
+    kind. What each engine loses: docs/durability.md. ``kind``: the kind the caller expects
+    (None: any). The store must not be open: its lock is taken."""
+    found = stored_kind(path)
+    if kind is not None and found != kind:
+        raise StoreKindError(f"path {str(path)!r} holds "
+                             f"{'no store' if found is None else f'a {found!r} store'}, "
+                             f"not {kind!r}")
+    if found not in SALVAGE:
+        raise ValueError(f"salvage needs a {' or '.join(SALVAGE)} store; {str(path)!r} holds "
+                         f"{'no store' if found is None else f'a {found} store'}")
+    importlib.import_module(SALVAGE[found]).salvage(path)
+    return found
+
+
+__all__ = ["DURABILITY_MODES", "KINDS", "SALVAGE", "RecordStore", "open_store", "salvage",
+           "stored_kind"]

@@ -28,6 +28,7 @@ from rocksdict import (
 
 from sarp.errors import CorruptionError
 from storage_backends.base import RecordStore
+from storage_backends.io import FileIO
 
 _KEY = struct.Struct(">Q")
 MIN_BUFFER = 64 << 10
@@ -125,3 +126,16 @@ class RocksDBStore(RecordStore):
     def _engine_stats(self) -> dict[str, Any]:
         return {"rocksdb_" + p.replace("-", "_"): self._db.property_int_value("rocksdb." + p)
                 for p in PROPERTIES}
+
+
+def salvage(path: str | Path) -> None:
+    """Repair the rocksdb store at ``path`` after a read found damage (``CorruptionError``):
+    RocksDB's repair (RepairDB) reads every table file whole and rewrites the manifest from
+    those it can read. A table file with a damaged block is moved to ``db/lost/`` with all its
+    records, and an older version of a record in an intact file may come back in place of a
+    lost newer one. The store must not be open elsewhere (its lock is taken)."""
+    lock = FileIO().lock(Path(path), "rocksdb store")
+    try:
+        Rdict.repair(str(Path(path) / "db"), Options(raw_mode=True))
+    finally:
+        lock.close()

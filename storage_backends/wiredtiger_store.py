@@ -25,7 +25,7 @@ from wiredtiger import stat
 
 from sarp.checks import check_int
 from sarp.errors import CorruptionError, StoreError
-from storage_backends.base import RecordStore, stored_kind
+from storage_backends.base import RecordStore
 
 TABLE = "table:records"
 FILE = "file:records.wt"  # the table's file, whose metadata holds its page sizes
@@ -312,10 +312,6 @@ def salvage(path: str | Path) -> None:
 
     Records on damaged blocks are lost, and an older version of a record may come back in
     place of a lost newer one. The store must not be open elsewhere (its lock is taken)."""
-    kind = stored_kind(Path(path))
-    if kind != WiredTigerStore.kind:
-        raise ValueError(f"salvage needs a wiredtiger store; {str(path)!r} holds "
-                         f"{'no store' if kind is None else f'a {kind} store'}")
     with WiredTigerStore(path, direct_io=False) as store:
         store._salvage()
 

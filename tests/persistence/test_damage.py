@@ -25,8 +25,8 @@ def insert(index, i: int) -> None:
     index.insert(tokens=tokens, metadata=metadata(sarp.block_ids(tokens, B)))
 
 
-def build(path, first: int, last: int, snapshots_at=()) -> None:
-    with sarp.open(path, backend="wiredtiger", snapshot_on_close=False, **CONFIG) as index:
+def build(path, first: int, last: int, snapshots_at=(), backend: str = "wiredtiger") -> None:
+    with sarp.open(path, backend=backend, snapshot_on_close=False, **CONFIG) as index:
         for i in range(first, last):
             insert(index, i)
             if i in snapshots_at:
@@ -412,13 +412,48 @@ def test_a_damaged_wiredtiger_store_is_corruption_then_salvaged_and_rebuilt(tmp_
         assert all(check_match(index, i) == len(sequence(i)) // B for i in (n, n + 1))
 
 
-def test_salvage_needs_a_wiredtiger_store(tmp_path, capsys):
+def test_a_damaged_rocksdb_store_is_corruption_then_salvaged_and_rebuilt(tmp_path, capsys):
     from sarp.cli import main
 
+    path, n, damaged = tmp_path / "i", 120, 119
+    for first in range(0, n, 40):  # each close writes one table file: three, too few to compact
+        build(path, first, first + 40, backend="rocksdb")
+    with sarp.open(path) as index:
+        segments = sum(1 for _ in index.store.scan())
+    ids = sarp.block_ids(sequence(damaged), B)
+    s = CONFIG["segment_blocks"]
+    needle = ids[-(len(ids) % s or s):].astype("<u8").tobytes()
+    tables = [t for t in sorted(path.rglob("*.sst")) if needle in t.read_bytes()]
+    assert len(tables) == 1 and len(list(path.rglob("*.sst"))) > 1
+    flip(tables[0], tables[0].read_bytes().find(needle) + 3)
+    with pytest.raises(CorruptionError, match="block checksum"):  # the journal replay reads it
+        with sarp.open(path) as index:
+            index.match(tokens=sequence(damaged), max_retrieval=0)
+    capsys.readouterr()
+    assert main(["rebuild", str(path), "--salvage"]) == 0
+    assert '"salvage_s"' in capsys.readouterr().out
+    assert list((path / "store" / "db" / "lost").rglob("*.sst"))  # the damaged table file
+    with sarp.open(path) as index:
+        assert 0 < sum(1 for _ in index.store.scan()) < segments  # its segments are lost
+        matched = [check_match(index, i) == len(sequence(i)) // B for i in range(n)]
+    assert not matched[damaged] and 0 < sum(matched) < n
+    build(path, n, n + 2, backend="rocksdb")  # and the index takes inserts again
+    with sarp.open(path) as index:
+        assert all(check_match(index, i) == len(sequence(i)) // B for i in (n, n + 1))
+
+
+def test_salvage_needs_a_store_with_a_repair_tool(tmp_path, capsys):
+    from sarp.cli import main
+    from sarp.errors import StoreKindError
+
     path = tmp_path / "i"
-    with sarp.open(path, backend="rocksdb", **CONFIG) as index:
+    with sarp.open(path, backend="flashlog", **CONFIG) as index:
         insert(index, 0)
     assert main(["rebuild", str(path), "--salvage"]) == 1
-    assert "salvage needs a wiredtiger store" in capsys.readouterr().err
+    assert "salvage needs a wiredtiger or rocksdb store" in capsys.readouterr().err
     with pytest.raises(TypeError, match="salvage must be a bool"):
         sarp.rebuild(path, salvage=1)
+    with pytest.raises(StoreKindError, match="holds a 'flashlog' store, not 'rocksdb'"):
+        sarp.rebuild(path, backend="rocksdb", salvage=True)
+    with sarp.open(path) as index:  # refused before anything changed
+        assert check_match(index, 0) == len(sequence(0)) // B
