@@ -62,13 +62,11 @@ def salvage(path: str | Path, kind: str | None = None) -> str:
     kind. What each engine loses: docs/durability.md. ``kind``: the kind the caller expects
     (None: any). The store must not be open: its lock is taken."""
     found = stored_kind(path)
+    holds = f"{str(path)!r} holds " + ("no store" if found is None else f"a {found!r} store")
     if kind is not None and found != kind:
-        raise StoreKindError(f"path {str(path)!r} holds "
-                             f"{'no store' if found is None else f'a {found!r} store'}, "
-                             f"not {kind!r}")
+        raise StoreKindError(f"path {holds}, not {kind!r}")
     if found not in SALVAGE:
-        raise ValueError(f"salvage needs a {' or '.join(SALVAGE)} store; {str(path)!r} holds "
-                         f"{'no store' if found is None else f'a {found} store'}")
+        raise ValueError(f"salvage needs a {' or '.join(SALVAGE)} store; {holds}")
     importlib.import_module(SALVAGE[found]).salvage(path)
     return found
 
