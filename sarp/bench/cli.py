@@ -138,6 +138,9 @@ def parser() -> argparse.ArgumentParser:
                    help="MaxRetrieval values (0 = unbounded), or none")
     r.add_argument("--recovery-blocks", type=comma_list(positive_count, allow_none=True),
                    help="sizes of the recovery section, or none")
+    r.add_argument("--radix-cap-share", type=positive_number, default=1.0,
+                   help="Segment-Radix (capped)'s DRAM cap over SARP's routing bytes on the "
+                        "same workload (default 1: equal memory)")
     _common(r)
     rec = sub.add_parser("recovery", help="recovery against size, with Redis as the anchor")
     rec.add_argument("--blocks", type=comma_list(positive_count),
@@ -184,7 +187,7 @@ def run_options(a: argparse.Namespace) -> RunOptions:
         threads=_pick(a.threads, d["threads"]), sweep=_pick(a.sweep, list(DEFAULT_BUDGETS)),
         breakdown_workloads=workloads[:1] if a.quick and any(b in designs for b in BREAKDOWN)
         else None, recovery_blocks=_pick(a.recovery_blocks, d["recovery"]), seed=a.seed,
-        quick=a.quick)
+        quick=a.quick, radix_cap_share=a.radix_cap_share)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

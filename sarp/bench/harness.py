@@ -4,7 +4,8 @@ Per workload: the exact oracle first (the reference for hit-rate loss), the DRAM
 once, then every SSD-backed design on every backend with direct I/O and the memory budget of
 ``store_budget``, their repetitions interleaved (repetition r of every design before repetition
 r + 1 of any). SARP runs before Segment-Radix (capped) so that the cap can be SARP's routing
-bytes on the same workload. Then the MaxRetrieval sweep and the thread-scaling table.
+bytes on the same workload (times ``radix_cap_share``). Then the MaxRetrieval sweep and the
+thread-scaling table.
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ from sarp.bench.replay import Prepared, Trace, prepare, replay, store_budget
 from sarp.bench.scaling import SCALING_DESIGNS, scaling
 from sarp.bench.sweep import DEFAULT_BUDGETS, sweep
 
-CAP_NOTE = ("Segment-Radix (capped) caps its in-DRAM tree at SARP's routing bytes on the same "
-            "workload and backend; the paper picks the cap so that its recovery time is "
-            "comparable to SARP's (0.96-1.96x).")
+CAP_NOTE = ("Segment-Radix (capped) caps its in-DRAM tree at {share:g}x SARP's routing bytes on "
+            "the same workload and backend (--radix-cap-share); the paper picks the cap so that "
+            "its recovery time is comparable to SARP's (0.96-1.96x).")
 
 
 @dataclass
@@ -55,6 +56,7 @@ class RunOptions:
     recovery_designs: list[str] = field(default_factory=lambda: list(RECOVERY_DESIGNS))
     seed: int = 0
     quick: bool = False
+    radix_cap_share: float = 1.0  # Segment-Radix (capped)'s cap over SARP's routing bytes
 
 
 def run(opts: RunOptions, out: Path, progress: Progress) -> dict[str, Any]:
@@ -132,7 +134,7 @@ def _workload_rows(opts: RunOptions, p: Prepared, backends: list[str], work: Pat
                 if name in failed:
                     continue
                 if name == "segment-radix-capped":
-                    cap = cap or _sarp_routing_bytes(opts, p, work)
+                    cap = cap or _radix_cap(opts, _sarp_routing_bytes(opts, p, work))
                     results["meta"]["radix_caps"][f"{p.name} {backend}"] = cap
                 setup = _setup(opts, p, backend, cap)
                 try:
@@ -146,7 +148,7 @@ def _workload_rows(opts: RunOptions, p: Prepared, backends: list[str], work: Pat
                     continue
                 row = reps[name][-1][0]
                 if name == "sarp" and cap is None and row["routing_bytes"] is not None:
-                    cap = int(row["routing_bytes"])  # the cap of Segment-Radix (capped)
+                    cap = _radix_cap(opts, row["routing_bytes"])
         traces: dict[str, Trace | None] = {}
         for name in names:
             if name in failed:
@@ -177,15 +179,21 @@ def _scaling(opts: RunOptions, p: Prepared, backends: list[str], caps: dict[str,
     for name in (d for d in SCALING_DESIGNS if d in opts.designs):
         cap = None
         if name == "segment-radix-capped":
-            cap = caps.get(f"{p.name} {backend}") or _sarp_routing_bytes(opts, p, work)
+            cap = caps.get(f"{p.name} {backend}") or _radix_cap(
+                opts, _sarp_routing_bytes(opts, p, work))
         rows += scaling(p, DESIGNS[name], _setup(opts, p, backend, cap), opts.threads, work,
                         progress)
     return rows
 
 
+def _radix_cap(opts: RunOptions, sarp_routing_bytes: int) -> int:
+    """The cap of Segment-Radix (capped): its share of SARP's routing bytes."""
+    return max(1, int(sarp_routing_bytes * opts.radix_cap_share))
+
+
 def _sarp_routing_bytes(opts: RunOptions, p: Prepared, work: Path) -> int:
     """SARP's routing bytes after replaying ``p`` (on the memory backend; the routing
-    directory does not depend on the backend): the cap of Segment-Radix (capped)."""
+    directory does not depend on the backend)."""
     path = work / "cap-probe"
     index = DESIGNS["sarp"].open(path, _setup(opts, p, "memory"))
     try:
@@ -212,4 +220,4 @@ def _meta(opts: RunOptions, skipped: dict[str, str]) -> dict[str, Any]:
     return {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "options": dataclasses.asdict(opts),
             "skipped_backends": skipped, "workloads": {}, "radix_caps": {},
             "sarp_version": sarp.__version__, "python": platform.python_version(),
-            "cpus": os.cpu_count(), "notes": [CAP_NOTE]}
+            "cpus": os.cpu_count(), "notes": [CAP_NOTE.format(share=opts.radix_cap_share)]}

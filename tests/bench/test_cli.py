@@ -33,6 +33,7 @@ def no_runs(monkeypatch):
     (["run", "--seed", "-1"], "'-1' is not a non-negative integer"),
     (["run", "--scale", "inf"], "'inf' must be positive and finite"),
     (["run", "--time-limit", "nan"], "'nan' must be positive and finite"),
+    (["run", "--radix-cap-share", "0"], "'0' must be positive and finite"),
     (["run", "--out", __file__], f"'{__file__}' exists and is not a directory"),
     (["recovery", "--blocks", "-3"], "'-3' is not a positive integer"),
     (["recovery", "--repeat", "1.5"], "'1.5' is not a positive integer"),

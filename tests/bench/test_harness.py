@@ -185,3 +185,16 @@ def test_repetitions_interleave_across_designs_and_a_failure_is_an_na_row(tmp_pa
     cap = rows["segment-radix-capped"]["radix_cap"]
     assert cap == res["meta"]["radix_caps"][f"{WORKLOAD} memory"]
     assert abs(cap - rows["sarp"]["routing_bytes"]) <= 0.1 * cap
+
+
+def test_the_radix_cap_is_the_given_share_of_sarps_routing_bytes(tmp_path):
+    opts = RunOptions(workloads=[WORKLOAD], designs=["sarp", "segment-radix-capped"],
+                      backends=["memory"], scale=0.05, repeat=1, threads=[], sweep=[],
+                      radix_cap_share=0.25)
+    res = run(opts, tmp_path, Progress(False))
+    rows = {r["design"]: r for r in res["rows"]}
+    cap = rows["segment-radix-capped"]["radix_cap"]
+    assert cap == res["meta"]["radix_caps"][f"{WORKLOAD} memory"]
+    assert cap == int(0.25 * rows["sarp"]["routing_bytes"])
+    assert rows["segment-radix-capped"]["routing_bytes"] <= cap  # the tree keeps to it
+    assert any("0.25x SARP's routing bytes" in n for n in res["meta"]["notes"])
