@@ -107,8 +107,10 @@ def _server(binary: str, directory: Path, port: int) -> Iterator[subprocess.Pope
             "--dbfilename", "dump.rdb", "--save", "", "--appendonly", "no",
             "--protected-mode", "yes", "--daemonize", "no",
             "--logfile", str(directory / "redis.log")]
-    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    # what it says before its log file is open (a bad argument, a missing file) goes here
+    with open(directory / "redis.stderr", "wb") as err:
+        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=err)
     try:
         yield proc
     finally:
@@ -120,8 +122,10 @@ def _server(binary: str, directory: Path, port: int) -> Iterator[subprocess.Pope
 def _check_alive(proc: subprocess.Popen, directory: Path) -> None:
     """Raise at once, with the end of its log, if the server has exited."""
     if proc.poll() is not None:
-        log = directory / "redis.log"
-        tail = log.read_text().strip().splitlines()[-1:] if log.exists() else []
+        tail = []
+        for name in ("redis.log", "redis.stderr"):
+            log = directory / name
+            tail = tail or (log.read_text().strip().splitlines()[-1:] if log.exists() else [])
         raise RedisError(f"redis-server exited with code {proc.returncode}: "
                          f"{tail[0] if tail else 'no log'}")
 
@@ -164,6 +168,7 @@ def redis_recovery(keys: np.ndarray, values: np.ndarray, directory: Path,
     if binary is None:
         raise FileNotFoundError(NOT_FOUND)
     directory.mkdir(parents=True, exist_ok=True)
+    directory = directory.resolve()  # redis-server opens its log after changing into --dir
     port = _free_port()
     probe_key, probe_value = keys[len(keys) // 2 : len(keys) // 2 + 1], values[len(keys) // 2]
     with _server(binary, directory, port) as proc:

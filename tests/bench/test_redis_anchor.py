@@ -1,9 +1,12 @@
 """The Redis recovery anchor against a real redis-server (skipped where none is installed)."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from sarp.bench.redis_anchor import (
+    RedisError,
     Resp,
     _free_port,
     _ready,
@@ -48,3 +51,25 @@ def test_recovery_restores_every_entry(tmp_path):
                 assert got == values[i].tobytes()
         finally:
             c.close()
+
+
+@needs_redis
+def test_a_relative_directory_works(tmp_path, monkeypatch):
+    # sarp-bench's default results directory is relative; redis-server changes into --dir
+    # before it opens its log file, so a relative log path would name a missing file
+    monkeypatch.chdir(tmp_path)
+    keys = np.arange(100, dtype=np.uint64)
+    values = np.zeros((100, 16), np.uint8)
+    out = redis_recovery(keys, values, Path("results") / "redis", timeout=60)
+    assert out["recovery_s"] > 0 and (tmp_path / "results" / "redis" / "dump.rdb").exists()
+
+
+@needs_redis
+def test_a_server_that_cannot_start_says_why(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    relative = Path("a") / "b"  # relative: the log path is missing once it has changed into --dir
+    relative.mkdir(parents=True)
+    port = _free_port()
+    with _server(find_server(), relative, port) as proc:
+        with pytest.raises(RedisError, match="Can't open the log file"):
+            _ready(proc, relative, port, 60)
