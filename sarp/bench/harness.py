@@ -134,7 +134,7 @@ def _workload_rows(opts: RunOptions, p: Prepared, backends: list[str], work: Pat
                 if name in failed:
                     continue
                 if name == "segment-radix-capped":
-                    cap = cap or _radix_cap(opts, _sarp_routing_bytes(opts, p, work))
+                    cap = cap or _probe_radix_cap(opts, p, work)
                     results["meta"]["radix_caps"][f"{p.name} {backend}"] = cap
                 setup = _setup(opts, p, backend, cap)
                 try:
@@ -179,8 +179,7 @@ def _scaling(opts: RunOptions, p: Prepared, backends: list[str], caps: dict[str,
     for name in (d for d in SCALING_DESIGNS if d in opts.designs):
         cap = None
         if name == "segment-radix-capped":
-            cap = caps.get(f"{p.name} {backend}") or _radix_cap(
-                opts, _sarp_routing_bytes(opts, p, work))
+            cap = caps.get(f"{p.name} {backend}") or _probe_radix_cap(opts, p, work)
         rows += scaling(p, DESIGNS[name], _setup(opts, p, backend, cap), opts.threads, work,
                         progress)
     return rows
@@ -191,14 +190,14 @@ def _radix_cap(opts: RunOptions, sarp_routing_bytes: int) -> int:
     return max(1, int(sarp_routing_bytes * opts.radix_cap_share))
 
 
-def _sarp_routing_bytes(opts: RunOptions, p: Prepared, work: Path) -> int:
-    """SARP's routing bytes after replaying ``p`` (on the memory backend; the routing
-    directory does not depend on the backend)."""
+def _probe_radix_cap(opts: RunOptions, p: Prepared, work: Path) -> int:
+    """The cap from SARP's routing bytes after replaying ``p`` (on the memory backend; the
+    routing directory does not depend on the backend), where no SARP row has given them."""
     path = work / "cap-probe"
     index = DESIGNS["sarp"].open(path, _setup(opts, p, "memory"))
     try:
         replay(index, p)
-        return int(index.stats()["routing_bytes"])
+        return _radix_cap(opts, int(index.stats()["routing_bytes"]))
     finally:
         index.close()
         shutil.rmtree(path, ignore_errors=True)

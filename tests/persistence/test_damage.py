@@ -377,21 +377,43 @@ except CorruptionError as exc:
 """
 
 
+def tail_segment_bytes(i: int) -> bytes:
+    """The stored block IDs of the new segment that sequence i's own tail starts."""
+    ids = sarp.block_ids(sequence(i), B)
+    s = CONFIG["segment_blocks"]
+    return ids[-(len(ids) % s or s):].astype("<u8").tobytes()
+
+
+def salvage_then_check(path, n: int, damaged: int, segments: int, backend: str,
+                       capsys) -> None:
+    """``sarp rebuild --salvage`` of a damaged index of sequences 0..n-1 (``segments`` stored
+    before the damage): some segments are lost, every match returns only inserted blocks and
+    records, sequence ``damaged`` no longer matches whole, some others still do, and new
+    inserts match."""
+    from sarp.cli import main
+
+    capsys.readouterr()
+    assert main(["rebuild", str(path), "--salvage"]) == 0
+    assert '"salvage_s"' in capsys.readouterr().out
+    with sarp.open(path) as index:
+        assert 0 < sum(1 for _ in index.store.scan()) < segments  # the damaged ones are lost
+        matched = [check_match(index, i) == len(sequence(i)) // B for i in range(n)]
+    assert not matched[damaged] and 0 < sum(matched) < n
+    build(path, n, n + 2, backend=backend)  # and the index takes inserts again
+    with sarp.open(path) as index:
+        assert all(check_match(index, i) == len(sequence(i)) // B for i in (n, n + 1))
+
+
 def test_a_damaged_wiredtiger_store_is_corruption_then_salvaged_and_rebuilt(tmp_path, capsys):
     import subprocess
     import sys
     from pathlib import Path
 
-    from sarp.cli import main
-
     path, n, damaged = tmp_path / "i", 120, 119
     build(path, 0, n)
     with sarp.open(path, backend="wiredtiger") as index:
         segments = sum(1 for _ in index.store.scan())
-    # the block IDs of the new segment that sequence 119's own tail starts
-    ids = sarp.block_ids(sequence(damaged), B)
-    s = CONFIG["segment_blocks"]
-    needle = ids[-(len(ids) % s or s):].astype("<u8").tobytes()
+    needle = tail_segment_bytes(damaged)
     table = path / "store" / "wt" / "records.wt"
     assert table.read_bytes().count(needle) == 1
     flip(table, table.read_bytes().find(needle) + 3)
@@ -400,46 +422,24 @@ def test_a_damaged_wiredtiger_store_is_corruption_then_salvaged_and_rebuilt(tmp_
                          cwd=Path(__file__).parents[2])
     assert run.returncode == 0, run.stderr[-2000:]
     assert "WiredTiger found damaged data" in run.stdout
-    capsys.readouterr()
-    assert main(["rebuild", str(path), "--salvage"]) == 0
-    assert '"salvage_s"' in capsys.readouterr().out
-    with sarp.open(path) as index:
-        assert 0 < sum(1 for _ in index.store.scan()) < segments  # the damaged page's are lost
-        matched = [check_match(index, i) == len(sequence(i)) // B for i in range(n)]
-    assert not matched[damaged] and 0 < sum(matched) < n
-    build(path, n, n + 2)  # and the index takes inserts again
-    with sarp.open(path) as index:
-        assert all(check_match(index, i) == len(sequence(i)) // B for i in (n, n + 1))
+    salvage_then_check(path, n, damaged, segments, "wiredtiger", capsys)
 
 
 def test_a_damaged_rocksdb_store_is_corruption_then_salvaged_and_rebuilt(tmp_path, capsys):
-    from sarp.cli import main
-
     path, n, damaged = tmp_path / "i", 120, 119
     for first in range(0, n, 40):  # each close writes one table file: three, too few to compact
         build(path, first, first + 40, backend="rocksdb")
     with sarp.open(path) as index:
         segments = sum(1 for _ in index.store.scan())
-    ids = sarp.block_ids(sequence(damaged), B)
-    s = CONFIG["segment_blocks"]
-    needle = ids[-(len(ids) % s or s):].astype("<u8").tobytes()
+    needle = tail_segment_bytes(damaged)
     tables = [t for t in sorted(path.rglob("*.sst")) if needle in t.read_bytes()]
     assert len(tables) == 1 and len(list(path.rglob("*.sst"))) > 1
     flip(tables[0], tables[0].read_bytes().find(needle) + 3)
     with pytest.raises(CorruptionError, match="block checksum"):  # the journal replay reads it
         with sarp.open(path) as index:
             index.match(tokens=sequence(damaged), max_retrieval=0)
-    capsys.readouterr()
-    assert main(["rebuild", str(path), "--salvage"]) == 0
-    assert '"salvage_s"' in capsys.readouterr().out
-    assert list((path / "store" / "db" / "lost").rglob("*.sst"))  # the damaged table file
-    with sarp.open(path) as index:
-        assert 0 < sum(1 for _ in index.store.scan()) < segments  # its segments are lost
-        matched = [check_match(index, i) == len(sequence(i)) // B for i in range(n)]
-    assert not matched[damaged] and 0 < sum(matched) < n
-    build(path, n, n + 2, backend="rocksdb")  # and the index takes inserts again
-    with sarp.open(path) as index:
-        assert all(check_match(index, i) == len(sequence(i)) // B for i in (n, n + 1))
+    salvage_then_check(path, n, damaged, segments, "rocksdb", capsys)
+    assert [t.name for t in (path / "store" / "db" / "lost").rglob("*.sst")] == [tables[0].name]
 
 
 def test_salvage_needs_a_store_with_a_repair_tool(tmp_path, capsys):
