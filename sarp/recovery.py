@@ -1,8 +1,10 @@
 """Recovery (paper Section 5): newest valid snapshot, then the journals after it, then serve.
 
 Damage is detected, never trusted: a snapshot that fails its checks is skipped for the one
-before it (its journals replayed on top); when no verified state can be reached the error
-names every file and fault. ``rebuild`` is the slow path: a full scan of the segment store.
+before it (its journals replayed on top); journal records must be numbered without a gap; when
+no verified state can be reached the error names every file and fault. Segments stored past
+the last journaled id are then registered too (``roll_forward``). ``rebuild`` is the slow
+path: a full scan of the segment store.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ def recover(index: Index) -> dict[str, Any]:
     report: dict[str, Any] = dict(snapshot=None, snapshot_load_s=0.0, deserialize_s=0.0,
                                   rebuild_s=0.0, journal_replay_s=0.0, bytes_read=0,
                                   journal_records=0, missing_segments=0, torn_tail_bytes=0,
-                                  redone_builds=0, faults=[])
+                                  rolled_forward=0, redone_builds=0, faults=[])
     loaded = None
     for path in snapshot.candidates(root):
         try:
@@ -65,12 +67,20 @@ def recover(index: Index) -> dict[str, Any]:
         raise RecoveryError(f"index at {str(root)!r}: no verified snapshot with its journals "
                             f"(journals found from {base}: {[q for q, _ in chain]}; "
                             f"faults: {faults}); run `sarp rebuild`")
+    last_seq = None
     for i, (_, path) in enumerate(chain):
         replay = journal.read(io, path, last=i == len(chain) - 1)
         report["bytes_read"] += replay.bytes_read
         report["torn_tail_bytes"] += replay.torn_tail
         for rec in replay.records:
+            if last_seq is not None and rec.record_seq != last_seq + 1:
+                raise RecoveryError(
+                    f"index at {str(root)!r}: {path.name} holds record {rec.record_seq} after "
+                    f"record {last_seq}: the journal records between them are missing; run "
+                    "`sarp rebuild`")
+            last_seq = rec.record_seq
             _replay_record(index, rec, report)
+    roll_forward(index, report)
     redo_pending(index, report)
     report["journal_replay_s"] = time.perf_counter() - t2
     index.epoch = chain[-1][0]
@@ -88,6 +98,26 @@ def _replay_record(index: Index, rec: journal.Record, report: dict[str, Any]) ->
             report["missing_segments"] += 1
             continue
         index.run_inline(index.directory.place(seg.segment_id, seg.start, seg.block_ids))
+
+
+def roll_forward(index: Index, report: dict[str, Any]) -> None:
+    """Register the segments stored under the ids that follow the last one journaled.
+
+    An insert stores its segments before it appends their journal record, so a crash in
+    between leaves them stored, unjournaled and unacknowledged; a journal cut at a record
+    boundary loses records with no torn tail to show for it. Either way the segments are
+    whole and checksummed (a damaged one raises ``CorruptionError``), so they are placed
+    rather than lost, and their ids are never allocated again; their blocks count in
+    ``indexed_blocks`` as stored blocks, as in ``rebuild``. This finds the new segments of
+    lost records up to the first id the store lacks. An extension lost with its record keeps
+    the segment's earlier placement: matches may stop short of the appended blocks, and
+    never return an unverified one."""
+    segs = index.segments
+    while (seg := segs.read(segs.next_id)) is not None:
+        segs.advance_past(seg.segment_id)
+        index.counters["indexed_blocks"] += seg.block_count
+        index.run_inline(index.directory.place(seg.segment_id, seg.start, seg.block_ids))
+        report["rolled_forward"] += 1
 
 
 def redo_pending(index: Index, report: dict[str, Any]) -> None:
