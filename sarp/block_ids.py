@@ -34,9 +34,10 @@ def block_ids(
 
 
 def as_block_ids(ids: Iterable[int] | np.ndarray) -> np.ndarray:
-    """Engine-computed block IDs as a C-contiguous uint64 array (no copy if already one)."""
+    """Engine-computed block IDs as an aligned C-contiguous uint64 array (no copy if already
+    one)."""
     if (type(ids) is np.ndarray and ids.dtype == _NATIVE_U64 and ids.ndim == 1
-            and ids.flags.c_contiguous):
+            and ids.flags.c_contiguous and ids.flags.aligned):
         return ids  # every uint64 is a valid block ID
     return _integer_array(ids, "block_ids", _ID_LIMIT, np.uint64)
 
@@ -74,4 +75,4 @@ def _from_array(arr: np.ndarray, name: str, limit: int, dtype: type) -> np.ndarr
             f"{name} must be in [0, 2**{limit.bit_length() - 1}), "
             f"got values in [{arr.min()}, {arr.max()}]"
         )
-    return np.ascontiguousarray(arr, dtype=dtype)
+    return np.require(arr, dtype, ("C", "A"))  # aligned too: the kernels take typed views

@@ -68,10 +68,9 @@ class Config:
     def __post_init__(self) -> None:
         for name in ("block_size", "segment_blocks", "routing_points", "filter_fields",
                      "field_bits", "stride", "tau", "pruning_threshold", "max_retrieval"):
-            value = getattr(self, name)
-            if not isinstance(value, int):  # sarp.json stores Python ints (not numpy ones)
-                raise TypeError(f"{name} must be an integer, got {value!r}")
-            check_int(value, name, 0 if name in ("pruning_threshold", "max_retrieval") else 1)
+            lo = 0 if name in ("pruning_threshold", "max_retrieval") else 1
+            # a numpy integer becomes a Python int: sarp.json stores those
+            object.__setattr__(self, name, check_int(getattr(self, name), name, lo))
         for name in ("refinement", "filtering", "pruning"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
@@ -102,9 +101,11 @@ class Config:
 
     @property
     def meta_width(self) -> int:
+        """Bytes of one block's metadata record (``metadata_dtype.itemsize``)."""
         return self.metadata_dtype.itemsize
 
     def to_json(self) -> dict[str, Any]:
+        """The parameters as JSON values for ``sarp.json``: namespace in hex, dtype as descr."""
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
@@ -117,6 +118,7 @@ class Config:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Config:
+        """The Config of a ``to_json`` dict; values are checked as by the constructor."""
         args = dict(data)
         args["namespace"] = bytes.fromhex(args["namespace"])
         descr = args["metadata_dtype"]

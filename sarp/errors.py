@@ -58,3 +58,8 @@ class IndexClosedError(SarpError):
 
 class RecoveryError(SarpError):
     """Recovery could not build a routing state it can verify; the message names file and fault."""
+
+
+# The benchmark.
+class RedisError(SarpError):
+    """The Redis recovery anchor's server answered with an error, or did not answer in time."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -30,11 +31,12 @@ import numpy as np
 import storage_backends
 from sarp import journal, recovery, snapshot
 from sarp._core.hashing import xxh64
+from sarp._core.segment_codec import encoded_size
 from sarp.background import Worker
 from sarp.block_ids import as_block_ids, block_ids
 from sarp.checks import check_int
 from sarp.config import Config, config_from_kwargs, digest_text, dumps, loads
-from sarp.errors import CorruptionError, IndexClosedError
+from sarp.errors import CorruptionError, IndexClosedError, RecoveryError, StoreKindError
 from sarp.insertion import insert as insert_path
 from sarp.matched_prefix import MatchedPrefix
 from sarp.matching import COUNTERS, MatchResult
@@ -141,7 +143,7 @@ class Index:
                 # first syncs this record with its own (or a flush writes it).
                 self._journal_append([seg.segment_id for seg in segs], new_blocks)
                 for seg in segs:
-                    place(seg.segment_id, seg.start, seg.block_ids, events=events)
+                    place(seg.segment_id, seg.block_ids, events=events)
 
         known, tail = self._matched.recall(q)
         st = insert_path(self.config, self.directory, self.segments, q, meta,
@@ -292,7 +294,7 @@ class Index:
         events = Events()
         with self._dir_lock:
             for seg in self._members(root):
-                d.place(seg.segment_id, seg.start, seg.block_ids, build, events)
+                d.place(seg.segment_id, seg.block_ids, build, events)
             d.publish(build)
         self._count(rematerializations=1)
         then(events)
@@ -390,6 +392,8 @@ class Index:
         dtype = self.config.metadata_dtype
         if metadata is None:
             return np.zeros((n, dtype.itemsize), np.uint8)
+        if isinstance(metadata, np.ma.MaskedArray):  # its masked records have no value
+            raise TypeError("metadata must not be a masked array")
         if not isinstance(metadata, np.ndarray) or metadata.dtype != dtype:
             got = metadata.dtype if isinstance(metadata, np.ndarray) else type(metadata).__name__
             raise TypeError(f"metadata must be a numpy array of dtype {dtype}, got {got}")
@@ -409,7 +413,7 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
          background: bool = False, snapshot_every_inserts: int = 0,
          snapshot_every_seconds: float = 0.0, snapshot_on_close: bool = True,
          store_options: Mapping[str, Any] | None = None, _rebuild: bool = False,
-         **config: Any) -> Index:
+         _salvage: bool = False, **config: Any) -> Index:
     """Create an index at ``path``, or reopen (recover) the one there.
 
     ``backend``: the record store's kind (``storage_backends.KINDS``); by default the kind of
@@ -418,7 +422,8 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
     the stored configuration raises ``ConfigMismatchError`` (except ``max_retrieval``, which
     only changes how queries search). After a reopen, ``index.recovery`` reports the time of
     each recovery step and the bytes read. One handle at a time: a second open of an open
-    index raises ``StoreLockedError``.
+    index raises ``StoreLockedError``. Every argument is checked before anything is created
+    or changed; an index whose creation fails leaves nothing behind.
 
     ``background``: run refinement back-fills, rematerializations and periodic snapshots on a
     worker thread. By default they run on the inserting thread, before its insert returns:
@@ -426,14 +431,11 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
     job to it costs thread switches (docs/architecture.md, "Where background work runs").
     """
     t0 = time.perf_counter()
-    root = Path(path)
-    if root.exists() and not root.is_dir():
-        raise ValueError(f"path {str(root)!r} is a file, not an index directory")
+    root = _index_path(path)
     _check_open_options(snapshot_every_inserts, snapshot_every_seconds,
                         background=background, snapshot_on_close=snapshot_on_close)
-    if store_options is not None and not isinstance(store_options, Mapping):
-        raise TypeError(f"store_options must be a mapping of option names to values, "
-                        f"got {store_options!r}")
+    store_options = _store_options(store_options)
+    storage_backends.check_store_args(memory_budget, durability, direct_io)
     wanted = config_from_kwargs(config)
     cfg_file = root / CONFIG_FILE
     existing = cfg_file.exists()
@@ -441,19 +443,24 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
         raise ValueError(f"path {str(root)!r} is not empty and holds no SARP index")
     cfg = wanted.merged_with_stored(loads(cfg_file.read_bytes(), str(cfg_file)),
                                     set(config)) if existing else wanted
-    if backend is None:
-        backend = storage_backends.stored_kind(root / STORE_DIR) or DEFAULT_BACKEND
-        if backend not in storage_backends.KINDS:
-            raise CorruptionError(f"{str(root / STORE_DIR)!r} names an unknown store kind "
-                                  f"{backend!r}")
-    elif not isinstance(backend, str) or backend not in storage_backends.KINDS:
-        raise ValueError(f"backend must be one of {sorted(storage_backends.KINDS)}, "
-                         f"got {backend!r}")
-    store = storage_backends.open_store(backend, root / STORE_DIR, memory_budget=memory_budget,
-                       durability=durability, direct_io=direct_io, dense_keys=True,
-                       **(store_options or {}))
+    backend = _store_kind(root, backend, existing)
+    storage_backends.store_class(backend, store_options)
+    salvage_s = None
+    if _salvage:
+        t1 = time.perf_counter()
+        storage_backends.salvage(root / STORE_DIR, backend)
+        salvage_s = time.perf_counter() - t1
+    created = [p for p in (root, root / STORE_DIR) if not p.exists()]
+    try:
+        store = storage_backends.open_store(
+            backend, root / STORE_DIR, memory_budget=memory_budget, durability=durability,
+            direct_io=direct_io, dense_keys=True, **store_options)
+    except BaseException:
+        _remove_created(created)
+        raise
     store_open_s = time.perf_counter() - t0
     try:
+        _check_segments_fit(cfg, store)
         index = Index(root, cfg, store, background=background,
                       snapshot_every_inserts=snapshot_every_inserts,
                       snapshot_every_seconds=snapshot_every_seconds,
@@ -471,19 +478,90 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
             index._start(existing)
     except BaseException:
         store.close()
+        _remove_created(created)
         raise
     index.recovery["store_open_s"] = store_open_s
+    if salvage_s is not None:
+        index.recovery["salvage_s"] = salvage_s
     index.recovery["total_s"] = time.perf_counter() - t0
     return index
 
 
+def _index_path(path: object) -> Path:
+    """``path`` as a Path to a directory that is, or can become, an index directory."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    root = Path(path)
+    if root.exists() and not root.is_dir():
+        raise ValueError(f"path {str(root)!r} is a file, not an index directory")
+    above = next(p for p in root.absolute().parents if p.exists())
+    if not root.exists() and not above.is_dir():
+        raise ValueError(f"path {str(root)!r} cannot be created: {str(above)!r} is a file")
+    return root
+
+
+#: names ``open`` passes to the store itself, which ``store_options`` must not repeat
+_OPEN_STORE_ARGS = ("kind", "path", "memory_budget", "durability", "direct_io", "dense_keys")
+
+
+def _store_options(options: object) -> Mapping[str, Any]:
+    """``store_options`` checked: a mapping of engine option names other than ``open``'s."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
+        raise TypeError(f"store_options must be a mapping of option names to values, "
+                        f"got {options!r}")
+    clash = sorted(set(options) & set(_OPEN_STORE_ARGS))
+    if clash:
+        raise ValueError(f"store_options must not set {', '.join(clash)}: pass "
+                         f"{'them' if len(clash) > 1 else 'it'} to open itself")
+    return options
+
+
+def _store_kind(root: Path, backend: object, existing: bool) -> str:
+    """The store kind to open: ``backend`` checked against the store there, if any."""
+    if backend is not None and (not isinstance(backend, str)
+                                or backend not in storage_backends.KINDS):
+        raise ValueError(f"backend must be one of {sorted(storage_backends.KINDS)}, "
+                         f"got {backend!r}")
+    found = storage_backends.stored_kind(root / STORE_DIR)
+    if existing and found is None:
+        raise RecoveryError(f"index at {str(root)!r} has no store: {STORE_DIR}/ or its kind "
+                            "marker is missing, and with it every segment; restore it, or "
+                            "delete the index to start over")
+    if found is not None and found not in storage_backends.KINDS:
+        raise CorruptionError(f"{str(root / STORE_DIR)!r} names an unknown store kind "
+                              f"{found!r}")
+    if backend is not None and found is not None and backend != found:
+        raise StoreKindError(f"backend={backend!r}: path {str(root / STORE_DIR)!r} holds a "
+                             f"{found!r} store, not {backend!r}")
+    return backend or found or DEFAULT_BACKEND
+
+
+def _check_segments_fit(cfg: Config, store: storage_backends.RecordStore) -> None:
+    """A full segment must fit the store's largest value (odirect's slot), or inserts would
+    fail once a segment grows past it."""
+    limit = store.stats().get("max_value_size")
+    full = encoded_size(cfg.segment_blocks, cfg.meta_width)
+    if limit is not None and full > limit:
+        raise ValueError(f"a segment of segment_blocks={cfg.segment_blocks} blocks with "
+                         f"{cfg.meta_width}-byte metadata_dtype is {full} bytes, more than "
+                         f"the {store.kind} store's largest value ({limit} bytes); lower "
+                         "either, or raise the store's max_value_size")
+
+
+def _remove_created(paths: list[Path]) -> None:
+    """Remove what a failed open created: the first of ``paths`` that exists, with all in it."""
+    for p in paths:
+        if p.exists():
+            shutil.rmtree(p, ignore_errors=True)
+            return
+
+
 def _check_open_options(every_inserts: int, every_seconds: float, **flags: bool) -> None:
-    """The snapshot schedule and the on/off options of ``open``, checked by name (the store
-    checks its own: memory_budget, durability, direct_io)."""
-    if isinstance(every_inserts, bool) or not isinstance(every_inserts, int) \
-            or every_inserts < 0:
-        raise ValueError("snapshot_every_inserts must be a non-negative integer (0: never), "
-                         f"got {every_inserts!r}")
+    """The snapshot schedule and the on/off options of ``open``, checked by name (the store's
+    own: ``storage_backends.check_store_args``)."""
+    check_int(every_inserts, "snapshot_every_inserts (0: never)", 0)
     if isinstance(every_seconds, bool) or not isinstance(every_seconds, (int, float)) \
             or not 0 <= every_seconds < math.inf:
         raise ValueError("snapshot_every_seconds must be a non-negative number (0: never), "
@@ -510,12 +588,6 @@ def rebuild(path: str | os.PathLike, backend: str | None = None, *, salvage: boo
     require_index(path)
     if not isinstance(salvage, bool):
         raise TypeError(f"salvage must be a bool, got {salvage!r}")
-    report: dict[str, Any] = {}
-    if salvage:
-        t0 = time.perf_counter()
-        storage_backends.salvage(Path(path) / STORE_DIR, backend)
-        report["salvage_s"] = time.perf_counter() - t0
-    with open(path, backend, _rebuild=True, snapshot_on_close=False, **kwargs) as index:
-        report.update(index.recovery)
-        report.update(index.directory.stats())
-    return report
+    with open(path, backend, _rebuild=True, _salvage=salvage, snapshot_on_close=False,
+              **kwargs) as index:
+        return {**index.recovery, **index.directory.stats()}

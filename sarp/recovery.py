@@ -97,7 +97,7 @@ def _replay_record(index: Index, rec: journal.Record, report: dict[str, Any]) ->
         if seg is None:  # written after its last durable point: not acknowledged
             report["missing_segments"] += 1
             continue
-        index.run_inline(index.directory.place(seg.segment_id, seg.start, seg.block_ids))
+        index.run_inline(index.directory.place(seg.segment_id, seg.block_ids))
 
 
 def roll_forward(index: Index, report: dict[str, Any]) -> None:
@@ -116,7 +116,7 @@ def roll_forward(index: Index, report: dict[str, Any]) -> None:
     while (seg := segs.read(segs.next_id)) is not None:
         segs.advance_past(seg.segment_id)
         index.counters["indexed_blocks"] += seg.block_count
-        index.run_inline(index.directory.place(seg.segment_id, seg.start, seg.block_ids))
+        index.run_inline(index.directory.place(seg.segment_id, seg.block_ids))
         report["rolled_forward"] += 1
 
 
@@ -147,7 +147,7 @@ def rebuild(index: Index) -> dict[str, Any]:
     for seg in index.segments.scan():
         index.segments.advance_past(seg.segment_id)
         blocks += seg.block_count
-        index.run_inline(index.directory.place(seg.segment_id, seg.start, seg.block_ids))
+        index.run_inline(index.directory.place(seg.segment_id, seg.block_ids))
     index.counters["indexed_blocks"] = blocks
     return {"rebuild_s": time.perf_counter() - t0, "segments": index.segments.next_id,
             "blocks": blocks}

@@ -107,10 +107,11 @@ class RoutingDirectory:
             np.array([r == FIXED or o == self.final_mid for o, r, _ in out], dtype=np.uint8))
         return lay
 
-    def place(self, seg_id: int, start: int, ids: np.ndarray, build: Build | None = None,
+    def place(self, seg_id: int, ids: np.ndarray, build: Build | None = None,
               events: Events | None = None) -> Events:
-        """Register segment ``seg_id`` (block IDs ``ids`` from ``start``) by Algorithm 2; the
-        background work it triggers is added to ``events`` (a new one if None), returned.
+        """Register segment ``seg_id`` (block IDs ``ids``) by Algorithm 2; the background work
+        it triggers is added to ``events`` (a new one if None), returned. Its routing keys are
+        block IDs, which chain every earlier block: the segment's start is not needed.
 
         Caller holds the writer lock. A walk that makes a pruned entry cross the threshold
         triggers its rematerialization, which re-places every member, this one too. Until

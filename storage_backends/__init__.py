@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from sarp.errors import StoreKindError
-from storage_backends.base import DURABILITY_MODES, RecordStore, stored_kind
+from storage_backends.base import DURABILITY_MODES, RecordStore, check_store_args, stored_kind
 
 # kind -> (module, class name)
 KINDS: dict[str, tuple[str, str]] = {
@@ -41,19 +42,28 @@ def open_store(
     segment ids), so an engine that can address records by key does (odirect's dense mode),
     and WiredTiger keeps larger pages; explicit ``options`` take precedence.
     """
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {sorted(KINDS)}, got {kind!r}")
-    module, cls = KINDS[kind]
-    store_cls = getattr(importlib.import_module(module), cls)
-    takes = [name for name in inspect.signature(store_cls).parameters if name != "path"]
-    unknown = sorted(set(options) - set(takes))
-    if unknown:
-        raise TypeError(f"unknown option(s) of the {kind} store: {', '.join(unknown)} "
-                        f"(it takes: {', '.join(takes)})")
+    if not isinstance(dense_keys, bool):
+        raise TypeError(f"dense_keys must be a bool, got {dense_keys!r}")
+    store_cls = store_class(kind, options)
     if dense_keys:
         options = {**store_cls.DENSE_KEYS, **options}
     return store_cls(path, memory_budget=memory_budget, durability=durability,
                      direct_io=direct_io, **options)
+
+
+def store_class(kind: object, options: Mapping[str, Any]) -> type[RecordStore]:
+    """The engine class of ``kind``, after checking that it takes every name in ``options``
+    (the engine checks their values when it opens)."""
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise ValueError(f"kind must be one of {sorted(KINDS)}, got {kind!r}")
+    module, cls = KINDS[kind]
+    store_cls = getattr(importlib.import_module(module), cls)
+    takes = [name for name in inspect.signature(store_cls).parameters if name != "path"]
+    unknown = sorted(map(str, set(options) - set(takes)))
+    if unknown:
+        raise TypeError(f"unknown option(s) of the {kind} store: {', '.join(unknown)} "
+                        f"(it takes: {', '.join(takes)})")
+    return store_cls
 
 
 def salvage(path: str | Path, kind: str | None = None) -> str:
@@ -71,5 +81,5 @@ def salvage(path: str | Path, kind: str | None = None) -> str:
     return found
 
 
-__all__ = ["DURABILITY_MODES", "KINDS", "SALVAGE", "RecordStore", "open_store", "salvage",
-           "stored_kind"]
+__all__ = ["DURABILITY_MODES", "KINDS", "SALVAGE", "RecordStore", "check_store_args",
+           "open_store", "salvage", "store_class", "stored_kind"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -22,8 +22,8 @@ from storage_backends.io import File, FileIO
 
 DURABILITY_MODES = ("sync", "group", "none")
 MAX_KEY = (1 << 64) - 1
-#: the largest memory budget a store takes (256 TiB)
-MAX_MEMORY_BUDGET = 1 << 48
+#: the largest memory budget a store takes: 10 TiB, WiredTiger's largest cache
+MAX_MEMORY_BUDGET = 10 << 40
 KIND_FILE = "STORE_KIND"
 SCAN_CHUNK = 1024
 
@@ -42,6 +42,28 @@ def check_io(io: object) -> FileIO:
     return io
 
 
+def check_keys(keys: object) -> list[int]:
+    """``keys`` (an iterable of integers, not a string) as a list of checked keys."""
+    if isinstance(keys, (str, bytes, bytearray, memoryview)) or not isinstance(keys, Iterable):
+        raise TypeError(f"keys must be an iterable of integers, got {type(keys).__name__}")
+    return [check_key(k, "keys") for k in keys]
+
+
+def check_pairs(pairs: object) -> list[tuple[int, bytes]]:
+    """``pairs`` (an iterable of (key, value) pairs) as a list of checked pairs."""
+    if (isinstance(pairs, (str, bytes, bytearray, memoryview, Mapping))
+            or not isinstance(pairs, Iterable)):
+        raise TypeError("pairs must be an iterable of (key, value) pairs, got "
+                        f"{type(pairs).__name__}")
+    out = []
+    for pair in pairs:
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise TypeError(f"pairs must hold (key, value) pairs, got {type(pair).__name__} "
+                            f"{str(pair)[:40]}")
+        out.append((check_key(pair[0]), check_value(pair[1])))
+    return out
+
+
 def check_value(value: object, name: str = "value") -> bytes:
     """Return ``value`` as bytes; accepts bytes, bytearray and memoryview."""
     if isinstance(value, bytes):
@@ -49,6 +71,15 @@ def check_value(value: object, name: str = "value") -> bytes:
     if isinstance(value, (bytearray, memoryview)):
         return bytes(value)
     raise TypeError(f"{name} must be bytes, got {type(value).__name__}")
+
+
+def check_store_args(memory_budget: object, durability: object, direct_io: object) -> None:
+    """The options every engine takes, checked by name before anything is opened."""
+    if not isinstance(durability, str) or durability not in DURABILITY_MODES:
+        raise ValueError(f"durability must be one of {DURABILITY_MODES}, got {durability!r}")
+    check_int(memory_budget, "memory_budget", 1, MAX_MEMORY_BUDGET)
+    if not isinstance(direct_io, bool):
+        raise TypeError(f"direct_io must be a bool, got {direct_io!r}")
 
 
 def stored_kind(path: str | Path) -> str | None:
@@ -106,14 +137,10 @@ class RecordStore(ABC):
     DENSE_KEYS: dict[str, Any] = {}
 
     def __init__(self, path: str | Path, memory_budget: int, durability: str, direct_io: bool):
-        if durability not in DURABILITY_MODES:
-            raise ValueError(f"durability must be one of {DURABILITY_MODES}, got {durability!r}")
-        check_int(memory_budget, "memory_budget", 1, MAX_MEMORY_BUDGET)
+        check_store_args(memory_budget, durability, direct_io)
         self.path = Path(path)
         self.memory_budget = memory_budget
         self.durability = durability
-        if not isinstance(direct_io, bool):
-            raise TypeError(f"direct_io must be a bool, got {direct_io!r}")
         self.direct_io = direct_io
         self._calls = Calls(lambda: StoreClosedError(
             f"{self.kind} store at {str(self.path)!r} is closed"))
@@ -130,7 +157,7 @@ class RecordStore(ABC):
 
     def put_many(self, pairs: Iterable[tuple[int, bytes]]) -> None:
         """Store several records as one batch (atomic where the engine supports it)."""
-        checked = [(check_key(k), check_value(v)) for k, v in pairs]
+        checked = check_pairs(pairs)
         if not checked:
             self._check_open()
             return
@@ -144,7 +171,7 @@ class RecordStore(ABC):
 
     def get_many(self, keys: Iterable[int]) -> list[bytes | None]:
         """Values for ``keys`` in order, None for each missing key."""
-        return self._get_counted([check_key(k, "keys") for k in keys])
+        return self._get_counted(check_keys(keys))
 
     def delete(self, key: int) -> None:
         """Remove ``key``; deleting a missing key is not an error."""

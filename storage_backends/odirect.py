@@ -31,7 +31,8 @@ _HEADER = struct.Struct("<BIIIBQ")
 COPIES_MAGIC = b"SARPODC1"
 _COPIES = struct.Struct("<QQ")  # next sequence number, slots; then the newest-copy bitmap
 KEY_MODES = ("dense", "sparse")
-DENSE_KEY_LIMIT = 1 << 40
+#: the largest slot file a dense store grows to: 16 TiB, ext4's largest file (4 KiB blocks)
+MAX_FILE_BYTES = 1 << 44
 
 MAGIC = 0x5344524F  # b"ORDS" little-endian
 LIVE, DELETED = 1, 2
@@ -63,6 +64,7 @@ class ODirectStore(RecordStore):
             self._lock = threading.RLock()
             clean = self._open_header(key_mode, max_value_size)
             self._slot_bytes = 2 * self._vbytes
+            self._dense_limit = MAX_FILE_BYTES // self._slot_bytes
             self._data = self._io.open(self.path / "slots.dat", direct=self.direct_io)
             self._local = threading.local()  # each reader thread's aligned read buffer
             self._wbuf = aligned_buffer(self._vbytes)
@@ -202,8 +204,9 @@ class ODirectStore(RecordStore):
     def _slot(self, key: int) -> int | None:
         if self._sparse:
             return self._slot_of.get(key)
-        if key >= DENSE_KEY_LIMIT:
-            raise ValueError(f"key {key} is beyond the dense key space (< 2**40)")
+        if key >= self._dense_limit:
+            raise ValueError(f"key {key} is beyond the dense key space (< {self._dense_limit}: "
+                             f"slots of {self._slot_bytes} bytes up to a 16 TiB file)")
         return key
 
     def _iter_slots(self) -> Iterator[tuple[int, memoryview, int]]:
@@ -244,10 +247,11 @@ class ODirectStore(RecordStore):
 
     # -- the record-store primitives -------------------------------------------------------------
     def _put_many(self, pairs: list[tuple[int, bytes]]) -> None:
-        for _, v in pairs:
+        for k, v in pairs:  # all checked before any is written
             if len(v) > self._max_value:
                 raise ValueError(f"value of {len(v)} bytes exceeds max_value_size="
                                  f"{self._max_value}")
+            self._slot(k)
         with self._lock:
             for key, value in pairs:
                 slot = self._slot(key)

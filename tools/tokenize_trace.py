@@ -1,8 +1,9 @@
 """Produce sarp/bench/data/ from the text LMCache agent trace and a SentencePiece model.
 
-Usage: python tools/tokenize_trace.py [--trace-dir DIR] [--model FILE] [--out FILE]
+Usage: python tools/tokenize_trace.py --trace-dir DIR --model FILE [--out FILE]
 
-Defaults point to ../shared/workloads beside the repository. Writes the delta-coded,
+DIR holds the trace's JSON-lines files and its LICENSE; FILE is the SentencePiece model the
+trace is tokenized with (32k vocabulary). Writes the delta-coded,
 compressed token form read by sarp.bench.trace.load_trace, copies the trace's LICENSE
 next to it, checks that loading reproduces the tokenization, and prints the per-subset
 statistics (16-token blocks, unbounded-cache prefix hit ratio).
@@ -28,14 +29,14 @@ from sarp.bench.trace import (
 from sarp.bench.workloads import format_stats, same_workload, workload_stats
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "workloads"
 DATA = REPO / "sarp" / "bench" / "data"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trace-dir", type=Path, default=SHARED / "lmcache-agent-trace")
-    parser.add_argument("--model", type=Path, default=SHARED / "tokenizer.model.v1")
+    parser.add_argument("--trace-dir", type=Path, required=True,
+                        help="the text trace: its JSON-lines files and LICENSE")
+    parser.add_argument("--model", type=Path, required=True, help="the SentencePiece model")
     parser.add_argument("--out", type=Path, default=DATA / "lmcache_agent_trace.npz")
     args = parser.parse_args()
 

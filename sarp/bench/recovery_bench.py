@@ -21,8 +21,9 @@ from sarp.bench.designs import DESIGNS, Setup
 from sarp.bench.disk import drop_page_cache, sequential_read
 from sarp.bench.metrics import RECOVERY_STAGES
 from sarp.bench.progress import Progress
-from sarp.bench.redis_anchor import NOT_FOUND, RedisError, find_server, redis_recovery
+from sarp.bench.redis_anchor import NOT_FOUND, find_server, redis_recovery
 from sarp.bench.replay import ENTRY_BYTES, Prepared, block_metadata
+from sarp.errors import RedisError
 
 RECOVERY_DESIGNS = ("sarp", "dram-blockhash", "segment-radix", "redis")
 _GOLDEN = 0x9E3779B97F4A7C15

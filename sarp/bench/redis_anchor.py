@@ -17,12 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
+from sarp.errors import RedisError
+
 BATCH = 10_000  # key-value pairs per MSET
 NOT_FOUND = "redis-server not found"
-
-
-class RedisError(RuntimeError):
-    """The server answered with an error, or did not answer in time."""
 
 
 def find_server() -> str | None:

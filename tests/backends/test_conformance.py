@@ -313,6 +313,21 @@ def test_value_not_bytes(store: RecordStore, bad: object) -> None:
     assert store.stats()["logical_writes"] == 0
 
 
+@pytest.mark.parametrize("pairs, word", [
+    (None, "pairs must be an iterable"), ("ab", "pairs must be an iterable"),
+    ({3: b"a"}, "pairs must be an iterable"), ([(3,)], "pairs must hold"),
+    ([b"ab"], "pairs must hold"), ([(1, b"a", b"b")], "pairs must hold"),
+])
+def test_malformed_batches_are_refused_by_name(store: RecordStore, pairs: object,
+                                               word: str) -> None:
+    with pytest.raises(TypeError, match=word):
+        store.put_many(pairs)  # type: ignore[arg-type]
+    for keys in (None, 5, "12"):
+        with pytest.raises(TypeError, match="keys must be an iterable of integers"):
+            store.get_many(keys)  # type: ignore[arg-type]
+    assert store.stats()["logical_writes"] == 0
+
+
 def test_one_open_handle_at_a_time(kind: str, open_kind: Any, tmp_path: Path) -> None:
     """A second open of an open store, which would write its files from a second state,
     raises; the first handle is unaffected, and once it is closed the store opens again."""
@@ -367,6 +382,11 @@ def test_bad_open_arguments(kind: str, tmp_path: Path) -> None:
         open_store(kind, tmp_path / "c", memory_budget="1MB")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         open_store("no-such-kind", tmp_path / "d")
+    with pytest.raises(ValueError, match="kind must be one of"):
+        open_store([kind], tmp_path / "e")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="dense_keys must be a bool"):
+        open_store(kind, tmp_path / "f", dense_keys="yes")  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_path_is_a_file(kind: str, open_kind: Any, tmp_path: Path) -> None:

@@ -43,6 +43,12 @@ def test_dense_keys_are_slots(tmp_path: Path) -> None:
         assert s.stats()["slots"] == 50
         with pytest.raises(ValueError, match="key"):
             s.put(1 << 41, b"x")
+        # the key space ends where the slot file would pass 16 TiB; a batch reaching past it
+        # is refused whole
+        limit = (1 << 44) // s.stats()["slot_bytes"]
+        with pytest.raises(ValueError, match=f"key {limit} is beyond the dense key space"):
+            s.put_many([(60, b"early"), (limit, b"x")])
+        assert s.get(60) is None
     with _open(path) as s:
         assert s.stats()["key_mode"] == "dense"
         assert s.get(7) is None and s.get(8) == bytes([8]) * 10

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from sarp.bench.redis_anchor import (
-    RedisError,
     Resp,
     _free_port,
     _ready,
@@ -16,6 +15,7 @@ from sarp.bench.redis_anchor import (
     mset,
     redis_recovery,
 )
+from sarp.errors import RedisError
 
 needs_redis = pytest.mark.skipif(find_server() is None, reason="redis-server not installed")
 

@@ -123,7 +123,7 @@ def test_closed_index_raises(tmp_path):
         (dict(backend="nosuch"), ValueError, "backend must be one of"),
         (dict(backend="flashlog", store_options={"bogus": 1}), TypeError, "bogus"),
         (dict(snapshot_every_inserts=-5), ValueError, "snapshot_every_inserts"),
-        (dict(snapshot_every_inserts=2.5), ValueError, "snapshot_every_inserts"),
+        (dict(snapshot_every_inserts=2.5), TypeError, "snapshot_every_inserts"),
         (dict(snapshot_every_seconds=-1), ValueError, "snapshot_every_seconds"),
         (dict(snapshot_every_seconds="10"), ValueError, "snapshot_every_seconds"),
         (dict(direct_io="no"), TypeError, "direct_io"),
@@ -141,6 +141,15 @@ def test_closed_index_raises(tmp_path):
         (dict(backend="wiredtiger", store_options={"checkpoint_seconds": "x"}), TypeError,
          "checkpoint_seconds"),
         (dict(backend="rocksdb", memory_budget=2**80), ValueError, "memory_budget"),
+        # WiredTiger's largest cache: refused by name before the engine is asked
+        (dict(backend="wiredtiger", memory_budget=(10 << 40) + 1), ValueError, "memory_budget"),
+        (dict(store_options={"memory_budget": 1}), ValueError,
+         "store_options must not set memory_budget"),
+        (dict(store_options={1: 2}), TypeError, "store_options must be a mapping"),
+        # a full segment (64 blocks of 64-byte metadata) would not fit an odirect slot: the
+        # store is created to learn its limit, then removed with the rest
+        (dict(backend="odirect", metadata_dtype="V64"), ValueError,
+         "segment_blocks=64 blocks with 64-byte metadata_dtype"),
         (dict(tau=2**70), ValueError, "tau"),
         (dict(pruning_threshold=2**63), ValueError, "pruning_threshold"),
         (dict(max_retrieval=2**64), ValueError, "max_retrieval"),
@@ -168,6 +177,57 @@ def test_bad_open_options_raise_and_create_nothing(tmp_path, kwargs, exc, word):
     with pytest.raises(exc, match=word):
         sarp.open(tmp_path / "i", **kwargs)
     assert not (tmp_path / "i").exists()
+
+
+def test_a_failed_creation_in_an_empty_directory_leaves_it_empty(tmp_path):
+    with pytest.raises(ValueError, match="segment_blocks"):
+        sarp.open(tmp_path, backend="odirect", metadata_dtype="V64")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("path, exc, word", [
+    (None, TypeError, "path must be a str or os.PathLike"),
+    (123, TypeError, "path must be a str or os.PathLike"),
+    ("afile/sub", ValueError, "cannot be created: .*afile' is a file"),
+])
+def test_a_bad_path_is_refused_by_name(tmp_path, monkeypatch, path, exc, word):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("mine")
+    with pytest.raises(exc, match=word):
+        sarp.open(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_numpy_integers_are_taken_as_integers(tmp_path):
+    with sarp.open(tmp_path / "i", backend="memory", block_size=np.int64(4),
+                   snapshot_every_inserts=np.int32(5)) as index:
+        assert index.config.block_size == 4 and type(index.config.block_size) is int
+        index.insert(tokens=tokens(40))
+        assert index.match(tokens=tokens(40), max_retrieval=np.int64(2)).num_blocks == 10
+
+
+def test_unaligned_block_ids_work_like_aligned_ones(tmp_path):
+    """An unaligned uint64 view (from a byte buffer at an odd offset) is copied, never handed
+    to the kernels, whichever call this thread made before."""
+    ids = sarp.block_ids(tokens(160), 16)
+    buf = bytearray(1 + ids.nbytes)
+    buf[1:] = ids.tobytes()
+    unaligned = np.frombuffer(buf, np.uint64, offset=1)
+    assert not unaligned.flags.aligned
+    with sarp.open(tmp_path / "i", backend="memory") as index:
+        index.insert(block_ids=ids[:5])
+        assert index.match(block_ids=unaligned).num_blocks == 5
+        index.insert(block_ids=unaligned)  # after a match: its matched prefix is reused
+        assert index.match(block_ids=ids).num_blocks == 10
+
+
+def test_masked_metadata_is_refused(tmp_path):
+    with sarp.open(tmp_path / "i", backend="memory") as index:
+        t = tokens(64)
+        meta = np.zeros(4, sarp.DEFAULT_METADATA_DTYPE)
+        with pytest.raises(TypeError, match="metadata must not be a masked array"):
+            index.insert(tokens=t, metadata=np.ma.array(meta, mask=True))
+        assert index.stats()["indexed_blocks"] == 0
 
 
 def test_a_directory_holding_other_files_is_refused(tmp_path):

@@ -81,10 +81,10 @@ def test_entries_below_an_entry_being_back_filled_stay_private_until_published()
     ids = [sarp.block_ids(divergent(1, i), 1) for i in range(tau + 2)]
     events = Events()
     for sid in range(tau + 1):
-        d.place(sid, 0, ids[sid], events=events)
+        d.place(sid, ids[sid], events=events)
     root = t.find(int(ids[0][0]))
     assert events.refine == [root] and t.flags(root) & rt.REFINING  # back-fill not run yet
-    d.place(tau + 1, 0, ids[tau + 1], events=Events())
+    d.place(tau + 1, ids[tau + 1], events=Events())
     mid = int(ids[tau + 1][2])
     assert t.find(mid) >= 0 and t.probe(mid) < 0  # created, private
     assert t.find(mid) in d.backfills[root].private
@@ -374,7 +374,7 @@ def test_member_kernels_match_reference_and_keep_old_lists(seed):
 class ReferenceDirectory(RoutingDirectory):
     """The placement walk as it was written in Python, one table call per step."""
 
-    def place(self, seg_id, start, ids, build=None, events=None):
+    def place(self, seg_id, ids, build=None, events=None):
         c, t = self.cfg, self.table
         events = Events() if events is None else events
         prev, blocked = -1, False
@@ -448,7 +448,7 @@ def test_compiled_walk_places_like_the_python_walk(seed, flags):
             ids = ids[:int(rng.integers(1, 9))]
         stored[sid] = ids
         for d in dirs:
-            ev = d.place(sid, 0, ids)
+            ev = d.place(sid, ids)
         jobs += [("refine", e) for e in ev.refine] + [("remat", e) for e in ev.remat]
         while jobs and rng.random() < 0.5:  # a background job finishes
             kind, root = jobs.pop(int(rng.integers(len(jobs))))
@@ -460,7 +460,7 @@ def test_compiled_walk_places_like_the_python_walk(seed, flags):
                 else:
                     build, ev = Build("remat", root), Events()
                     for s in d.table.refs(root)[0].tolist():
-                        d.place(s, 0, stored[s], build, ev)
+                        d.place(s, stored[s], build, ev)
                 d.publish(build)
             jobs += [("refine", e) for e in ev.refine] + [("remat", e) for e in ev.remat]
     got, want = (d.table.export() for d in dirs)

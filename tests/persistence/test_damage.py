@@ -507,3 +507,48 @@ def test_salvage_needs_a_store_with_a_repair_tool(tmp_path, capsys):
         sarp.rebuild(path, backend="rocksdb", salvage=True)
     with sarp.open(path) as index:  # refused before anything changed
         assert check_match(index, 0) == len(sequence(0)) // B
+
+
+def store_files(path) -> dict[str, bytes]:
+    return {str(f.relative_to(path)): f.read_bytes()
+            for f in sorted((path / "store").rglob("*")) if f.is_file()}
+
+
+@pytest.mark.parametrize("bad, exc", [
+    (dict(memory_budget=-1), ValueError),
+    (dict(durability="fast"), ValueError),
+    (dict(block_size=8), ConfigMismatchError),
+    (dict(store_options={"bogus": 1}), TypeError),
+])
+def test_salvage_checks_every_argument_before_it_repairs(tmp_path, bad, exc):
+    """A bad argument of ``rebuild(salvage=True)`` is refused before the engine's repair tool
+    runs: the store's files are left byte for byte as they were."""
+    path = tmp_path / "i"
+    build(path, 0, 5)
+    before = store_files(path)
+    with pytest.raises(exc):
+        sarp.rebuild(path, salvage=True, **bad)
+    assert store_files(path) == before
+    assert_all_match(path, 5)
+
+
+def test_an_index_whose_store_is_gone_is_refused_not_recreated(tmp_path):
+    import shutil
+
+    path = tmp_path / "i"
+    build(path, 0, 5)
+    shutil.rmtree(path / "store")
+    for backend in (None, "rocksdb"):
+        with pytest.raises(RecoveryError, match="has no store"):
+            sarp.open(path, backend=backend)
+    assert not (path / "store").exists()
+
+
+def test_a_backend_other_than_the_stores_is_refused_by_name(tmp_path):
+    from sarp.errors import StoreKindError
+
+    path = tmp_path / "i"
+    build(path, 0, 2)
+    with pytest.raises(StoreKindError, match="backend='rocksdb': .* holds a 'wiredtiger' store"):
+        sarp.open(path, backend="rocksdb")
+    assert_all_match(path, 2)
