@@ -25,6 +25,8 @@ class Worker:
             self._thread.start()
 
     def submit(self, job: Job) -> None:
+        """Queue ``job`` for the thread, or run it now when disabled; its errors surface at
+        ``drain()`` or ``close()`` (inline: raised here)."""
         if self._thread is None:
             job()
         else:

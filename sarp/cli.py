@@ -26,6 +26,10 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one sarp command on ``argv`` (default: the command line); return the exit status.
+
+    Prints the command's report as JSON on stdout; errors go to stderr with status 1.
+    """
     parser = argparse.ArgumentParser(prog="sarp", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name, text in COMMANDS.items():

@@ -12,6 +12,7 @@ class Numbered:
         self.prefix, self.suffix = prefix, suffix
 
     def name(self, seq: int) -> str:
+        """The file name of sequence number ``seq`` (zero-padded, so names sort by number)."""
         return f"{self.prefix}{seq:016d}{self.suffix}"
 
     def seq(self, path: Path) -> int | None:

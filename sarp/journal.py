@@ -36,6 +36,9 @@ WRITE_BEHIND = 64 << 10
 
 @dataclass
 class Record:
+    """One journal record: the segments an insert batch stored, the blocks it newly indexed
+    and the next segment id, which recovery re-applies."""
+
     record_seq: int
     next_segment_id: int
     new_blocks: int
@@ -43,6 +46,7 @@ class Record:
 
 
 def encode_record(r: Record) -> bytes:
+    """The on-disk bytes of ``r``: record header (length, XXH64 of the payload) and payload."""
     ids = np.asarray(r.segment_ids, dtype="<u8")
     payload = PAYLOAD_HEADER.pack(r.record_seq, r.next_segment_id, r.new_blocks,
                                   len(ids)) + ids.tobytes()
@@ -63,11 +67,13 @@ class JournalWriter:
         self.unsynced = False  # written, not yet synced
 
     def append(self, record: Record) -> None:
+        """Queue ``record`` in memory; written once ``WRITE_BEHIND`` bytes wait, durable at sync."""
         self._pending += encode_record(record)
         if len(self._pending) >= WRITE_BEHIND:
             self._write_pending()
 
     def sync(self) -> None:
+        """Write the queued records and fdatasync the file, so every appended record is durable."""
         self._write_pending()
         if self.unsynced:
             self._file.fdatasync()
@@ -81,12 +87,15 @@ class JournalWriter:
             self.unsynced = True
 
     def close(self) -> None:
+        """Sync (making every appended record durable), then close the file."""
         self.sync()
         self._file.close()
 
 
 @dataclass
 class Replay:
+    """What ``read`` found in a journal file: its complete records, its size and the torn tail."""
+
     records: list[Record]
     bytes_read: int
     torn_tail: int  # bytes after the last complete record (a write cut by a crash)

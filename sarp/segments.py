@@ -38,6 +38,7 @@ class SegmentStore:
         return self._next_id
 
     def allocate(self) -> int:
+        """A new segment id, the next in order; thread-safe, and never handed out twice."""
         with self._alloc_lock:
             sid = self._next_id
             self._next_id += 1

@@ -54,6 +54,7 @@ def _pad8(raw: bytes) -> bytes:
 
 
 def encode(s: SnapshotState) -> bytes:
+    """The snapshot file bytes of ``s``: header, arrays padded to 8 bytes, XXH64 checksum."""
     n, r, c = len(s.entry_keys), len(s.ref_segments), len(s.table_slots)
     head = HEADER.pack(MAGIC, VERSION, HEADER.size, s.seq, s.config_digest, s.next_segment_id,
                        s.indexed_blocks, n, r, c)
@@ -100,6 +101,8 @@ def write(io: FileIO, directory: Path, state: SnapshotState) -> tuple[Path, int]
 
 @dataclass
 class Loaded:
+    """A loaded snapshot: its state, file, size in bytes and the map and decode times (s)."""
+
     state: SnapshotState
     path: Path
     bytes_read: int

@@ -25,6 +25,7 @@ class Calls:
 
     @property
     def open(self) -> bool:
+        """Whether new calls are accepted (False once a ``close()`` has begun)."""
         return self._state == OPEN
 
     def __enter__(self) -> None:

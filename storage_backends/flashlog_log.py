@@ -63,6 +63,7 @@ class Chain:
         self.nwords = 0
 
     def add(self, words: np.ndarray, start: int, nblocks: int, exact: bool) -> None:
+        """Append a page: its filter ``words``, start block, block count and exact flag."""
         if self.n == len(self.meta):
             self.meta = _grow(self.meta, self.n + 1)
         need = self.nwords + len(words)
@@ -88,6 +89,7 @@ class Chain:
         return start, (packed >> 16) & 0x7FFF, bool(packed & _EXACT_BIT)
 
     def nbytes(self) -> int:
+        """Bytes of DRAM the chain's arrays take (allocated, growth slack included)."""
         return self.meta.nbytes + self.words.nbytes
 
 
@@ -353,4 +355,5 @@ class PageLog:
         return self.fences.nbytes + sum(c.nbytes() for c in self.chains)
 
     def close(self) -> None:
+        """Close the log file; no sync: the store syncs the log before it relies on it."""
         self.file.close()

@@ -35,6 +35,7 @@ class WalHeader:
 
 
 def wal_path(directory: Path, number: int) -> Path:
+    """The path of WAL file ``number`` in ``directory``."""
     return directory / f"wal.{number}"
 
 
@@ -72,9 +73,11 @@ class Wal:
         self.dirty = False
 
     def append(self, record: bytes) -> None:
+        """Add ``record`` to the pending stream in memory; nothing is written until commit."""
         self.pending += record
 
     def size(self) -> int:
+        """The WAL's size in bytes: the blocks written plus the stream still pending."""
         return self.next * self.block + len(self.pending)
 
     def _write(self, whole_only: bool) -> None:
@@ -109,6 +112,7 @@ class Wal:
         return False
 
     def close(self) -> None:
+        """Close the file without writing or syncing: commit first to keep what is pending."""
         self.file.close()
 
 

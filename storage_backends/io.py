@@ -61,18 +61,23 @@ class File:
         self.io._pwrite(self, buf, offset)
 
     def fdatasync(self) -> None:
+        """Make the file's written data (and its size, if changed) durable; not other metadata."""
         self.io._sync(self, data_only=True)
 
     def fsync(self) -> None:
+        """Make the file's data and all its metadata durable (its name needs ``fsync_dir``)."""
         self.io._sync(self, data_only=False)
 
     def truncate(self, size: int) -> None:
+        """Cut or extend the file to ``size`` bytes (durable only after a sync)."""
         self.io._truncate(self, size)
 
     def size(self) -> int:
+        """The file's current length in bytes (unsynced writes included)."""
         return os.fstat(self.fd).st_size
 
     def close(self) -> None:
+        """Close the descriptor without syncing; closing twice is harmless."""
         self.io._close(self)
 
 
@@ -228,9 +233,11 @@ class FileIO:
         os.replace(src, dst)
 
     def unlink(self, path: str | Path) -> None:
+        """Remove ``path`` if it exists (durable after ``fsync_dir``); not counted."""
         Path(path).unlink(missing_ok=True)
 
     def stats(self) -> dict[str, int]:
+        """A copy of the counters: reads, writes, bytes read/written and each kind of sync."""
         with self._lock:
             return dict(self.counters)
 

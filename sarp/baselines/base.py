@@ -144,6 +144,7 @@ class BaselineIndex(ABC):
 
     @property
     def closed(self) -> bool:
+        """Whether ``close()`` has run (set even if persisting on close failed)."""
         return self._closed
 
     def __enter__(self: T) -> T:

@@ -32,6 +32,9 @@ COLUMNS = 6  # node id, depth, run, offset, edge length, child count
 
 @dataclass(eq=False, slots=True)
 class Node:
+    """A tree node: the edge of blocks from ``depth``, where their metadata sits (segment
+    ``run``, position ``offset``) and the child ids by first block ID."""
+
     node_id: int
     depth: int
     edge: np.ndarray  # uint64 block IDs
@@ -111,6 +114,7 @@ class NodeTable:
         self.add(Node(self.allocate(), 0, np.empty(0, np.uint64), 0, 0, {}))
 
     def allocate(self) -> int:
+        """A new, never used node id (ids are not reused, so spilled records stay unique)."""
         nid = self.next_id
         self.next_id += 1
         return nid

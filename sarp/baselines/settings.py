@@ -49,15 +49,19 @@ class Settings:
 
     @property
     def meta_width(self) -> int:
+        """Bytes of one block's metadata record (``metadata_dtype.itemsize``)."""
         return self.metadata_dtype.itemsize
 
     def encode(self) -> bytes:
+        """The settings file's bytes: sorted-key JSON, sealed with its magic and checksum."""
         data = dataclasses.asdict(self)
         data["metadata_dtype"] = np.lib.format.dtype_to_descr(self.metadata_dtype)
         return seal(MAGIC, json.dumps(data, sort_keys=True).encode())
 
     @classmethod
     def decode(cls, raw: bytes, name: str) -> Settings:
+        """The Settings in a file ``encode`` wrote; a damaged file raises a CorruptionError
+        naming ``name``."""
         data = json.loads(bytes(unseal(raw, MAGIC, name)))
         descr = data["metadata_dtype"]
         data["metadata_dtype"] = np.lib.format.descr_to_dtype(

@@ -49,6 +49,7 @@ def _save(fig: Any, legend_ax: Any, path: Path, **legend: Any) -> None:
 
 
 def throughput(rows: list[dict[str, Any]], path: Path) -> None:
+    """Plot request throughput per workload and design, one panel per backend, to ``path``."""
     groups = _by_backend(rows)
     fig, axes = plt.subplots(len(groups), 1, figsize=(10, 3.2 * len(groups)), squeeze=False)
     for ax, (backend, rs) in zip(axes[:, 0], groups.items(), strict=True):
@@ -57,6 +58,7 @@ def throughput(rows: list[dict[str, Any]], path: Path) -> None:
 
 
 def latency(rows: list[dict[str, Any]], path: Path) -> None:
+    """Plot mean match and insert latency per workload and design, a row per backend."""
     groups = _by_backend(rows)
     fig, axes = plt.subplots(len(groups), 2, figsize=(13, 3.2 * len(groups)), squeeze=False)
     for i, (backend, rs) in enumerate(groups.items()):
@@ -66,6 +68,8 @@ def latency(rows: list[dict[str, Any]], path: Path) -> None:
 
 
 def recovery(rows: list[dict[str, Any]], path: Path) -> None:
+    """Plot recovery time against unique blocks per design, with the time to read SARP's
+    snapshot at sequential bandwidth as a reference line."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for design in dict.fromkeys(r["design"] for r in rows):
         pts = sorted((r["blocks"], r["recovery_s"]) for r in rows
@@ -85,6 +89,7 @@ def recovery(rows: list[dict[str, Any]], path: Path) -> None:
 
 
 def sweep(rows: list[dict[str, Any]], path: Path) -> None:
+    """Plot the token hit-rate loss vs exact matching per MaxRetrieval, a line per workload."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
     order = sorted({r["max_retrieval"] for r in rows}, key=lambda k: (k == 0, k))
     for w in dict.fromkeys(r["workload"] for r in rows):

@@ -48,6 +48,7 @@ class Trace:
 
     @property
     def completed(self) -> int:
+        """Requests replayed (fewer than the workload's when ``time_limit`` stopped it)."""
         return len(self.match_ns)
 
 
