@@ -203,7 +203,10 @@ class Index:
                     self._last_snapshot = time.monotonic()
             self.store.flush()  # every segment the snapshot names is durable first
             path, nbytes = snapshot.write(self.io, self.path, state)
-            self._remove_older_than(seq - 1)
+            # the fallback stays: the newest older snapshot and the journals from it on (a
+            # crash between a journal switch and its snapshot leaves a number unused)
+            older = [n for n, _ in snapshot.FILES.files(self.path) if n < seq]
+            self._remove_older_than(max(older, default=0))
             self._count(snapshots=1)
             return {"path": str(path), "seq": seq, "bytes": nbytes, "entries": len(keys),
                     "refs": len(segs), "seconds": time.perf_counter() - t0}
@@ -363,9 +366,7 @@ class Index:
         self._remove_older_than(self.epoch)
 
     def _remove_older_than(self, keep_from: float) -> None:
-        """Delete snapshots and journals before ``keep_from`` (``math.inf``: all): the previous
-        snapshot and the journals after it stay, so a damaged newest snapshot still has a
-        fallback."""
+        """Delete the snapshots and journals numbered below ``keep_from`` (``math.inf``: all)."""
         for p in snapshot.candidates(self.path):
             if snapshot.FILES.seq(p) < keep_from:
                 self.io.unlink(p)
@@ -439,7 +440,9 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
     wanted = config_from_kwargs(config)
     cfg_file = root / CONFIG_FILE
     existing = cfg_file.exists()
-    if not existing and root.exists() and {p.name for p in root.iterdir()} - {STORE_DIR}:
+    # a creation cut short by a crash may have left store/ and sarp.json's temporary file
+    if not existing and root.exists() and {p.name for p in root.iterdir()} - {
+            STORE_DIR, CONFIG_FILE + ".tmp"}:
         raise ValueError(f"path {str(root)!r} is not empty and holds no SARP index")
     cfg = wanted.merged_with_stored(loads(cfg_file.read_bytes(), str(cfg_file)),
                                     set(config)) if existing else wanted

@@ -7,7 +7,6 @@ counters of ``stats()`` and the context-manager protocol live here, once.
 
 from __future__ import annotations
 
-import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -93,11 +92,13 @@ def stored_kind(path: str | Path) -> str | None:
         raise CorruptionError(f"{str(marker)!r} is damaged: {exc}") from exc
 
 
-def claim_directory(path: str | Path, kind: str) -> Path:
+def claim_directory(path: str | Path, kind: str, io: FileIO | None = None) -> Path:
     """Create or check the store directory ``path`` and its kind marker.
 
     A path that is a file, or a directory holding another kind's store (or foreign files),
-    raises ``StoreKindError`` and is left untouched.
+    raises ``StoreKindError`` and is left untouched. The marker is published whole
+    (``FileIO.publish``), and the new directory's entry is made durable too; a marker's
+    temporary file left by a crash does not count as a foreign file.
     """
     p = Path(path)
     if p.exists() and not p.is_dir():
@@ -107,14 +108,12 @@ def claim_directory(path: str | Path, kind: str) -> Path:
         if found != kind:
             raise StoreKindError(f"path {str(p)!r} holds a {found!r} store, not {kind!r}")
         return p
-    if p.exists() and any(p.iterdir()):
+    if p.exists() and {c.name for c in p.iterdir()} - {KIND_FILE + ".tmp"}:
         raise StoreKindError(f"path {str(p)!r} is not empty and holds no store")
+    io = io or FileIO()
     p.mkdir(parents=True, exist_ok=True)
-    tmp = p / (KIND_FILE + ".tmp")
-    tmp.write_text(kind + "\n")
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    tmp.rename(p / KIND_FILE)
+    io.publish(p / KIND_FILE, (kind + "\n").encode())
+    io.fsync_dir(p.parent)
     return p
 
 
@@ -252,8 +251,9 @@ class RecordStore(ABC):
         """Create or check the store directory (``claim_directory``) and lock it until
         ``close()`` (``FileIO.lock``): two open handles would each write the store's files
         from their own state. The body opens the engine; if it raises, the lock is released."""
-        claim_directory(self.path, self.kind)
-        self._lock_file = (io or FileIO()).lock(self.path, f"{self.kind} store")
+        io = io or FileIO()
+        claim_directory(self.path, self.kind, io)
+        self._lock_file = io.lock(self.path, f"{self.kind} store")
         try:
             yield
         except BaseException:

@@ -86,20 +86,17 @@ def hit_rate(row: dict[str, Any], trace: Trace, p: Prepared, exact: Trace | None
 
 
 def reads(row: dict[str, Any], design: str, trace: Trace) -> None:
-    """Store reads per match and, for SARP, the per-routing-entry candidates (Table 4)."""
+    """Store reads per match and, for SARP, the candidates per query window (Table 4)."""
     st, n = trace.stats, max(trace.completed, 1)
     if is_sarp(design):
         retrieved = st.get("segments_retrieved", 0)
         row["store_reads_per_match"] = retrieved / n
-        windows = st.get("windows", 0)
-        routed = st.get("routed_windows")  # the routing hits, where the index counts them
-        per = routed if routed is not None else windows
-        row["candidates_per"] = "routing entry" if routed is not None else "query window"
+        windows = st.get("windows", 0)  # each routes through at most one entry
         row["segment_retrievals_per_window"] = retrieved / windows if windows else None
         for name, key in (("candidates_before", "candidates_before"),
                           ("candidates_after", "candidates_after"),
                           ("candidates_retrieved", "segments_retrieved")):
-            row[name] = st.get(key, 0) / per if per else None
+            row[name] = st.get(key, 0) / windows if windows else None
         return
     row["store_reads_per_match"] = st.get("store_reads", 0) / n
     for name in ("segment_retrievals_per_window", "candidates_before", "candidates_after",

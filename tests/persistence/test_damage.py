@@ -552,3 +552,41 @@ def test_a_backend_other_than_the_stores_is_refused_by_name(tmp_path):
     with pytest.raises(StoreKindError, match="backend='rocksdb': .* holds a 'wiredtiger' store"):
         sarp.open(path, backend="rocksdb")
     assert_all_match(path, 2)
+
+
+def test_a_snapshot_number_a_crash_left_unused_keeps_the_fallback(tmp_path, monkeypatch):
+    """A crash after snapshot 2's journal switch, before its file: journal 2 exists, snapshot
+    2 never will. The next snapshot (3) must keep snapshot 1 and journals 1-3, so that a
+    damaged snapshot 3 still falls back."""
+    path = tmp_path / "i"
+    build(path, 0, 4, snapshots_at={1})
+    with sarp.open(path, backend="wiredtiger", snapshot_on_close=False) as index:
+        def crash(*args, **kwargs):
+            raise OSError("crash before the snapshot file")
+        monkeypatch.setattr(snapshot, "write", crash)
+        with pytest.raises(OSError, match="crash"):
+            index.snapshot()
+        monkeypatch.undo()
+        for i in range(4, 8):
+            insert(index, i)
+    assert [s for s, _ in journal.files(path)] == [0, 1, 2]
+    with sarp.open(path, backend="wiredtiger", snapshot_on_close=False) as index:
+        assert index.snapshot()["seq"] == 3
+    assert [snapshot.FILES.seq(p) for p in snapshot.candidates(path)] == [3, 1]
+    assert [s for s, _ in journal.files(path)] == [1, 2, 3]
+    flip(newest_snapshot(path), 100)
+    report = assert_all_match(path, 8)
+    assert report["snapshot"] == snapshot.FILES.name(1)
+
+
+def test_a_creation_cut_short_is_redone(tmp_path):
+    """A crash while an index was created leaves the store directory with its marker's
+    temporary file, and sarp.json's: neither is a foreign file, and the next open creates."""
+    path = tmp_path / "i"
+    (path / "store").mkdir(parents=True)
+    (path / "store" / "STORE_KIND.tmp").write_bytes(b"wiredt")
+    (path / "sarp.json.tmp").write_bytes(b'{"form')
+    with sarp.open(path, backend="wiredtiger", **CONFIG) as index:
+        insert(index, 0)
+    assert_all_match(path, 1)
+    assert not (path / "sarp.json.tmp").exists() and (path / "sarp.json").exists()
