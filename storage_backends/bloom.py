@@ -1,19 +1,20 @@
 """Per-page Bloom filters of flashlog; the kernels are ``sarp._core.bloom``.
 
-A page of n keys gets ``m = 64 * ceil(n * bits / 64)`` bits and ``K`` probes by double hashing
-from one XXH64 of the key (``filter_hash``). With 16 bits per key the false-positive rate per
-page is about 5e-4. An exact page (every key's 16-bit fence is one of the page's block fences,
-as when every record spans blocks) gets 8 bits per key (rate about 4e-2), because a lookup there
-also needs its fence among the page's fences, a 16-bit check that passes by chance with
-probability (distinct fences)/65536; see docs/flashlog_format.txt for the trade-off.
+A page of n keys gets ``m = 64 * ceil(n * bits / 64)`` bits and ``K`` (``sarp._core.bloom``)
+probes by double hashing from one XXH64 of the key (``filter_hash``). With 16 bits per key the
+false-positive rate per page is about 5e-4. An exact page (every key's 16-bit fence is one of
+the page's block fences, as when every record spans blocks) gets 8 bits per key (rate about
+4e-2), because a lookup there also needs its fence among the page's fences, a 16-bit check that
+passes by chance with probability (distinct fences)/65536; see docs/flashlog_format.txt for the
+trade-off.
 """
 
 from __future__ import annotations
 
-from sarp._core.bloom import SEED, K, build, newest_hit
+from sarp._core.bloom import SEED, build, newest_hit
 from sarp._core.hashing import xxh64
 
-__all__ = ["BITS_PER_KEY", "BITS_PER_KEY_EXACT", "K", "build", "filter_hash", "newest_hit",
+__all__ = ["BITS_PER_KEY", "BITS_PER_KEY_EXACT", "build", "filter_hash", "newest_hit",
            "words_for"]
 
 BITS_PER_KEY = 16
