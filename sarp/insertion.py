@@ -44,7 +44,8 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
 
     ``known``: blocks at the start of ``q`` already verified as stored (the prefix this
     thread's last match verified, ``sarp.matched_prefix``). Whole windows inside it are
-    stored for good (segments only grow), so they are skipped without a read or a lock.
+    stored for good (segments only grow), so they are skipped without a read; only the last
+    one's lock is passed through (see the loop).
     ``tail``: where that match stopped inside the next window; its segment is taken for that
     window without a read, as the answer or as the match to beat (``_from_tail``).
 
@@ -81,8 +82,16 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
 
     diverged = False
     found_end, stored = 0, None
+    first = known // S * S
+    if first and window_lock is not None:
+        # The last window ``known`` covers may end in a segment that another insert extended
+        # and is still registering, with the new windows after it, under that window's
+        # lock: pass through the lock, so that this insert matches what that one wrote
+        # instead of writing it again.
+        with window_lock(int(q[first - S])):
+            pass
     try:
-        for ws in range(known // S * S, n, S):
+        for ws in range(first, n, S):
             we = min(ws + S, n)
             if not diverged:
                 if pending:

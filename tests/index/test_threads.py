@@ -166,6 +166,68 @@ def test_racing_match_then_insert_all_survive(tmp_path, backend):
     index.close()
 
 
+@pytest.mark.parametrize("backend", ["memory", "wiredtiger"])
+def test_an_insert_skipping_known_windows_waits_for_the_extension_it_read(tmp_path, backend):
+    """Z extends the segment of window 1 to its end and writes window 2 as new, under window
+    1's lock. Between Z's store write and its registration, W matches the same sequence (it
+    reads the extended record: windows 0 and 1 verified) and inserts it, skipping those
+    windows. W must wait for Z at window 1's lock, then find window 2 stored: with
+    MaxRetrieval 0 no block is written twice, and the first writer's records are served."""
+    bs, s = SMALL["segment_blocks"] // 4, SMALL["segment_blocks"]
+    index = sarp.open(tmp_path / "i", backend=backend, durability="group", block_size=bs,
+                      max_retrieval=0, **{k: v for k, v in SMALL.items() if k != "max_retrieval"})
+    for seed in range(100):  # windows 1 and 2 on different lock stripes
+        b = np.random.default_rng(seed).integers(0, 500, (2 * s + s // 2) * bs)
+        ids = sarp.block_ids(b, bs)
+        if int(ids[s]) % sarp.index.WINDOW_LOCKS != int(ids[2 * s]) % sarp.index.WINDOW_LOCKS:
+            break
+    a = b[:(s + s // 2) * bs]  # window 0 whole, window 1 half
+    index.insert(tokens=a, metadata=node_meta(ids[:s + s // 2], 1))
+    stored, w_at_lock = threading.Event(), threading.Event()
+    put_all, window_lock = index.segments.put_all, index._window_lock
+
+    def pausing_put_all(records):
+        put_all(records)
+        if threading.current_thread().name == "Z":
+            stored.set()
+            assert w_at_lock.wait(30)  # W asked for window 1's lock, or W is done
+
+    def noting_window_lock(first_block):
+        if threading.current_thread().name == "W" and first_block == int(ids[s]):
+            w_at_lock.set()
+        return window_lock(first_block)
+
+    index.segments.put_all, index._window_lock = pausing_put_all, noting_window_lock
+    out = {}
+
+    def z():
+        out["Z"] = index.insert(tokens=b, metadata=node_meta(ids, 2))
+
+    def w():
+        assert stored.wait(30)
+        out["W match"] = index.match(tokens=b).num_blocks
+        out["W"] = index.insert(tokens=b, metadata=node_meta(ids, 3))
+        w_at_lock.set()
+
+    threads = [threading.Thread(target=z, name="Z"), threading.Thread(target=w, name="W")]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert out["W match"] == 2 * s  # W read Z's extension before Z registered it
+    assert out["Z"]["blocks_written"] > 0 and out["W"]["blocks_written"] == 0
+    assert index.stats()["indexed_blocks"] == len(ids)
+    m = index.match(tokens=b)
+    assert m.num_blocks == len(ids) and set(m.metadata["node"][s + s // 2:].tolist()) == {2}
+    index.close()
+
+
+def node_meta(ids: np.ndarray, node: int) -> np.ndarray:
+    m = meta(ids)
+    m["node"] = node
+    return m
+
+
 @pytest.mark.parametrize("durability", ["sync", "group"])
 @pytest.mark.parametrize("backend", ["wiredtiger", "rocksdb", "flashlog", "odirect"])
 def test_close_waits_for_running_calls(tmp_path, backend, durability):
