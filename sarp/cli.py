@@ -5,6 +5,10 @@
                                          (--salvage: first repair a damaged wiredtiger
                                          or rocksdb store)
     sarp stats PATH [--backend KIND]     open (recover) the index and print its statistics
+
+Both open the index as ``sarp.open`` does, so recovery runs as at any open: a torn journal
+tail is cut, and the storage engine writes its own files (logs, headers). An index on the
+memory backend kept nothing across its close, so both refuse it.
 """
 
 from __future__ import annotations
@@ -13,15 +17,17 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 import sarp
-from sarp.index import require_index
-from storage_backends import KINDS
+from sarp.index import STORE_DIR, require_index
+from storage_backends import KINDS, stored_kind
 
 COMMANDS = {
     "rebuild": "rebuild the routing directory from a full scan of the segment store and "
                "publish it as a new snapshot (when no usable snapshot is left)",
-    "stats": "recover the index and print its recovery report and statistics as JSON",
+    "stats": "recover the index, as any open does (a torn journal tail is cut), and print its "
+             "recovery report and statistics as JSON",
 }
 
 
@@ -44,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         require_index(args.path)
+        if stored_kind(Path(args.path) / STORE_DIR) == "memory":
+            raise ValueError(f"index at {args.path!r} is on the memory backend, which kept "
+                             "nothing across its close: there is nothing to report or rebuild")
         if args.command == "rebuild":
             report = sarp.rebuild(args.path, backend=args.backend, salvage=args.salvage)
         else:

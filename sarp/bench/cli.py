@@ -1,4 +1,4 @@
-"""``sarp-bench``: the backend-comparison benchmark of paper Section 6.
+"""sarp-bench: the backend-comparison benchmark of paper Section 6.
 
     sarp-bench run [--quick] [--workloads W,..] [--designs D,..] [--backends B,..] [--out DIR]
     sarp-bench recovery [--blocks 1000000,10000000] [--backend wiredtiger]
@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from sarp.bench.backends import check_backend
-from sarp.bench.catalog import WORKLOADS, check_workload
+from sarp.bench.catalog import MOONCAKE, WORKLOADS, check_workload
 from sarp.bench.designs import BREAKDOWN, DESIGNS
 from sarp.bench.harness import RunOptions, run, run_recovery, run_sweep
+from sarp.bench.mooncake import read_mooncake
 from sarp.bench.progress import Progress
 from sarp.bench.recovery_bench import RECOVERY_DESIGNS
-from sarp.bench.report import render, rerender
-from sarp.bench.results import default_dir, write_results
+from sarp.bench.report import render
+from sarp.bench.results import default_dir, load_results, write_results
 from sarp.bench.sweep import DEFAULT_BUDGETS
 from storage_backends import DURABILITY_MODES, KINDS
 
@@ -72,13 +73,17 @@ positive_count = partial(count, positive=True)
 
 
 def comma_list(check: Callable[[str], Any], allow_none: bool = False) -> Callable[[str], list]:
-    """An argparse type: a comma-separated list, each item checked (``none``: empty list)."""
+    """An argparse type: a comma-separated list, each item checked and listed once (``none``:
+    empty list)."""
     def parse(text: str) -> list:
         if allow_none and text == "none":
             return []
         items = [check(t.strip()) for t in text.split(",") if t.strip()]
         if not items:
             raise ValueError("empty list")
+        twice = next((x for i, x in enumerate(items) if x in items[:i]), None)
+        if twice is not None:
+            raise ValueError(f"{twice!r} is listed twice")
         return items
     return arg_type(parse)
 
@@ -94,10 +99,36 @@ def _positive_number(text: str) -> float:
 
 
 def _out_directory(text: str) -> Path:
+    """A results directory to create, or an empty one: a run never mixes its files with
+    another's."""
     path = Path(text)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{text!r} exists and is not a directory")
+    if path.is_dir() and any(path.iterdir()):
+        raise ValueError(f"{text!r} is not empty (sarp-bench report DIR renders a results "
+                         "directory again)")
+    above = next(a for a in path.absolute().parents if a.exists())
+    if not path.exists() and not above.is_dir():
+        raise ValueError(f"{text!r} cannot be created: {str(above)!r} is a file")
     return path
+
+
+def _persistent_backend(kind: str) -> str:
+    """A backend whose store survives a reopen (recovery measures one)."""
+    check_backend(kind)
+    if kind == "memory":
+        raise ValueError("recovery needs a persistent backend; 'memory' keeps nothing across "
+                         "a reopen")
+    return kind
+
+
+def _workload(name: str) -> str:
+    """A workload name; a Mooncake trace is read whole, so a malformed one fails here."""
+    check_workload(name)
+    if name.startswith(MOONCAKE):
+        if not read_mooncake(name[len(MOONCAKE):]):
+            raise ValueError(f"Mooncake trace {name[len(MOONCAKE):]!r} holds no request")
+    return name
 
 
 positive_number = arg_type(_positive_number)
@@ -120,8 +151,10 @@ def parser() -> argparse.ArgumentParser:
     """The command-line parser."""
     ap = argparse.ArgumentParser(prog="sarp-bench", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("run", help="workloads x designs x backends")
-    r.add_argument("--workloads", type=comma_list(check_workload),
+    r = sub.add_parser("run", help="workloads x designs x backends",
+                       description="Replay workloads through every design on every backend "
+                                   "and write results.json, report.md and plots.")
+    r.add_argument("--workloads", type=comma_list(_workload),
                    help=f"comma-separated, from {', '.join(WORKLOADS)}, mooncake:PATH")
     r.add_argument("--designs", type=comma_list(_design), help=f"from {', '.join(DESIGNS)}")
     r.add_argument("--backends", type=comma_list(check_backend), help=f"from {', '.join(KINDS)}")
@@ -129,35 +162,45 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--repeat", type=arg_type(positive_count),
                    help="repetitions per row (medians reported)")
     r.add_argument("--quick", action="store_true",
-                   help="a few minutes: small scale, 5 repetitions, time-boxed replays")
+                   help="a few minutes: defaults become scale 0.25, repeat 5, time limit 20 s, "
+                        "no threads table, recovery at 100000 blocks, the synthetic "
+                        "workloads and trace/magagent, the design breakdown on the first "
+                        "workload only (without it: scale 1, repeat 3, no time limit, threads "
+                        "1,2,4,8, recovery at 1000000 blocks, every workload)")
     r.add_argument("--time-limit", type=positive_number,
                    help="seconds per replay before cutting it")
     r.add_argument("--threads", type=comma_list(positive_count, allow_none=True),
                    help="request-thread counts for the scaling table, or none")
     r.add_argument("--sweep", type=comma_list(count, allow_none=True),
-                   help="MaxRetrieval values (0 = unbounded), or none")
+                   help="MaxRetrieval values (0 = unbounded), or none (default "
+                        f"{','.join(map(str, DEFAULT_BUDGETS))})")
     r.add_argument("--recovery-blocks", type=comma_list(positive_count, allow_none=True),
                    help="sizes of the recovery section, or none")
     r.add_argument("--radix-cap-share", type=positive_number, default=1.0,
                    help="Segment-Radix (capped)'s DRAM cap over SARP's routing bytes on the "
                         "same workload (default 1: equal memory)")
     _common(r)
-    rec = sub.add_parser("recovery", help="recovery against size, with Redis as the anchor")
+    rec = sub.add_parser("recovery", help="recovery against size, with Redis as the anchor",
+                         description="Grow a workload to each size, persist every design, "
+                                     "and time its reopen; Redis is the anchor.")
     rec.add_argument("--blocks", type=comma_list(positive_count),
                      default=[1_000_000, 10_000_000],
                      help="comma-separated index sizes in blocks (default 1000000,10000000)")
-    rec.add_argument("--workload", type=arg_type(check_workload), default="trace/magagent",
+    rec.add_argument("--workload", type=arg_type(_workload), default="trace/magagent",
                      help=f"the workload grown to each size, from {', '.join(WORKLOADS)}, "
                           "mooncake:PATH (default trace/magagent)")
     rec.add_argument("--designs", type=comma_list(_recovery_design), default=list(RECOVERY_DESIGNS),
                      help=f"from {', '.join(RECOVERY_DESIGNS)} (default all)")
-    rec.add_argument("--backend", type=arg_type(check_backend), default="wiredtiger",
-                     help=f"from {', '.join(KINDS)} (default wiredtiger)")
+    rec.add_argument("--backend", type=arg_type(_persistent_backend), default="wiredtiger",
+                     help=f"from {', '.join(k for k in KINDS if k != 'memory')} (default "
+                          "wiredtiger)")
     rec.add_argument("--repeat", type=arg_type(positive_count), default=3,
                      help="reopens of each index (the median one is reported; default 3)")
     _common(rec)
-    sw = sub.add_parser("sweep", help="SARP's hit-rate loss against MaxRetrieval")
-    sw.add_argument("--workloads", type=comma_list(check_workload), default=QUICK_WORKLOADS,
+    sw = sub.add_parser("sweep", help="SARP's hit-rate loss against MaxRetrieval",
+                        description="SARP's token hit-rate loss against exact matching, for "
+                                    "each MaxRetrieval value.")
+    sw.add_argument("--workloads", type=comma_list(_workload), default=QUICK_WORKLOADS,
                     help=f"comma-separated, from {', '.join(WORKLOADS)}, mooncake:PATH "
                          f"(default {','.join(QUICK_WORKLOADS)})")
     sw.add_argument("--budgets", type=comma_list(count), default=list(DEFAULT_BUDGETS),
@@ -166,7 +209,9 @@ def parser() -> argparse.ArgumentParser:
     sw.add_argument("--scale", type=positive_number, default=1.0,
                     help="workload scale (sessions multiplier; default 1)")
     _common(sw)
-    rp = sub.add_parser("report", help="render report.md and the plots from results.json")
+    rp = sub.add_parser("report", help="render report.md and the plots from results.json",
+                        description="Render report.md and the plots of a results directory "
+                                    "again from its results.json.")
     rp.add_argument("dir", type=Path, help="a results directory (holding results.json)")
     return ap
 
@@ -196,9 +241,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.command == "report":
         try:
-            print(rerender(a.dir))
+            results = load_results(a.dir)
         except (OSError, ValueError) as exc:
             ap.error(f"argument dir: {exc}")
+        print(render(results, a.dir))
         return 0
     out = a.out or default_dir()
     progress = Progress(not a.no_progress)

@@ -34,9 +34,9 @@ def read_mooncake(path: str | Path, block_tokens: int = 512, expand: int = 1) ->
     _check_positive(block_tokens=block_tokens, expand=expand)
     records = []
     with Path(path).open(encoding="utf-8") as lines:
-        for line in lines:
+        for n, line in enumerate(lines, 1):
             if line.strip():
-                records.append(json.loads(line))
+                records.append(_record(line, f"{path}:{n}"))
     records.sort(key=lambda r: r["timestamp"])
     derived: dict[tuple[int, int], np.ndarray] = {}
     workload: Workload = []
@@ -79,6 +79,29 @@ def write_mooncake(workload: Workload, path: str | Path, block_tokens: int = 512
                 "hash_ids": hash_ids,
             }
             out.write(json.dumps(record) + "\n")
+
+
+def _record(line: str, where: str) -> dict:
+    """One trace line, checked: its timestamp, input_length and hash_ids, else ValueError
+    naming ``where`` (file:line)."""
+    try:
+        record = json.loads(line)
+    except ValueError as exc:
+        raise ValueError(f"{where}: not a JSON line ({exc})") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: not a JSON object")
+    missing = [k for k in ("timestamp", "input_length", "hash_ids") if k not in record]
+    if missing:
+        raise ValueError(f"{where}: missing {', '.join(missing)}")
+    stamp, length = record["timestamp"], record["input_length"]
+    ok = (isinstance(stamp, (int, float)) and not isinstance(stamp, bool)
+          and isinstance(length, int) and not isinstance(length, bool) and length >= 0
+          and isinstance(record["hash_ids"], list)
+          and all(isinstance(h, int) and 0 <= h < 2**64 for h in record["hash_ids"]))
+    if not ok:
+        raise ValueError(f"{where}: timestamp must be a number, input_length a non-negative "
+                         "integer and hash_ids a list of 64-bit non-negative integers")
+    return record
 
 
 def _expand(parent: int, hash_id: int, count: int) -> np.ndarray:

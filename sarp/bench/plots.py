@@ -23,13 +23,18 @@ def _grouped(ax: Any, rows: list[dict[str, Any]], field: str, title: str) -> Non
     workloads = list(dict.fromkeys(r["workload"] for r in rows))
     designs = list(dict.fromkeys(r["design"] for r in rows))
     width = 0.8 / max(len(designs), 1)
+    drawn = False
     for j, d in enumerate(designs):
+        # a value of 0 (a replay the time limit cut before its first request) has no bar on
+        # the log scale
         vals = [next((r[field] for r in rows if r["workload"] == w and r["design"] == d
-                      and r[field] is not None), np.nan) for w in workloads]
+                      and (r.get(field) or 0) > 0), np.nan) for w in workloads]
+        drawn = drawn or not all(np.isnan(vals))
         ax.bar(np.arange(len(workloads)) + j * width, vals, width, label=_label(d))
     ax.set_xticks(np.arange(len(workloads)) + 0.4 - width / 2)
     ax.set_xticklabels([w.split("/")[-1] for w in workloads], rotation=20, fontsize=8)
-    ax.set_yscale("log")
+    if drawn:
+        ax.set_yscale("log")
     ax.set_title(title, fontsize=9)
 
 
@@ -73,7 +78,7 @@ def recovery(rows: list[dict[str, Any]], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for design in dict.fromkeys(r["design"] for r in rows):
         pts = sorted((r["blocks"], r["recovery_s"]) for r in rows
-                     if r["design"] == design and r.get("recovery_s") is not None)
+                     if r["design"] == design and (r.get("recovery_s") or 0) > 0)
         if pts:
             ax.plot(*zip(*pts, strict=True), marker="o", label=_label(design))
     ref = sorted((r["blocks"], r["physical_s"]) for r in rows

@@ -9,7 +9,6 @@ from sarp.bench.designs import BREAKDOWN, DESIGNS
 from sarp.bench.metrics import RECOVERY_FIELDS
 from sarp.bench.plots import write_plots
 from sarp.bench.replay import ENTRY_BYTES
-from sarp.bench.results import load_results
 
 REPORT_FILE = "report.md"
 RATIO_BASELINES = ("ssd-blockhash", "segment-radix-capped", "segment-hash")
@@ -244,8 +243,3 @@ def _recovery_section(rec: dict[str, Any]) -> list[str]:
         lines += ["", table(["blocks", "file bytes", "sequential O_DIRECT read MB/s"],
                             [[d["blocks"], d["bytes"], d["mb_per_s"]] for d in rec["disk"]])]
     return lines
-
-
-def rerender(out: Path) -> Path:
-    """Render the report of an existing results directory again."""
-    return render(load_results(out), out)

@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from sarp.bench.metrics import FIELDS, KEYS
+
 RESULTS_FILE = "results.json"
 
 
@@ -42,6 +44,16 @@ def load_results(out: Path) -> dict[str, Any]:
     except ValueError:  # not JSON, or not text
         results = None
     if not (isinstance(results, dict) and isinstance(results.get("meta"), dict)
-            and isinstance(results.get("rows"), list)):
+            and isinstance(results.get("rows"), list)
+            and isinstance(results.get("sweep", []), list)
+            and isinstance(results.get("threads", []), list)
+            and isinstance(results.get("recovery", {}), dict)):
         raise ValueError(f"{str(path)!r} is not a sarp-bench results file")
+    for i, row in enumerate(results["rows"]):
+        if not (isinstance(row, dict) and all(isinstance(row.get(k), str) for k in KEYS)):
+            raise ValueError(f"{str(path)!r}: row {i} lacks its workload, design or backend")
+        missing = [f for f in FIELDS if f not in row]
+        if missing:
+            raise ValueError(f"{str(path)!r}: row {i} lacks {', '.join(missing[:3])}"
+                             + (f" and {len(missing) - 3} more" if len(missing) > 3 else ""))
     return results

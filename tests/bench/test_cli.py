@@ -41,6 +41,11 @@ def no_runs(monkeypatch):
     (["sweep", "--scale", "0"], "'0' must be positive and finite"),
     (["sweep", "--workloads", "mooncake:/nonexistent/trace"],
      "Mooncake trace '/nonexistent/trace' does not exist"),
+    (["run", "--designs", "sarp,ssd-blockhash,sarp"], "'sarp' is listed twice"),
+    (["run", "--sweep", "1,0,1"], "1 is listed twice"),
+    (["recovery", "--backend", "memory"], "recovery needs a persistent backend"),
+    (["run", "--out", f"{__file__}/sub"], f"'{__file__}/sub' cannot be created: '{__file__}' "
+     "is a file"),
 ])
 def test_bad_values_get_one_clear_line(args, says, capsys, no_runs):
     with pytest.raises(SystemExit) as exc:
@@ -57,6 +62,34 @@ def test_a_mooncake_path_must_be_a_readable_file(tmp_path, capsys, no_runs):
     assert exc.value.code == 2
     assert f"argument --workloads: Mooncake trace '{tmp_path}' is not a readable file" in \
         capsys.readouterr().err
+
+
+def test_a_results_directory_must_be_new_or_empty(tmp_path, capsys, no_runs):
+    (tmp_path / "old.txt").write_text("an earlier run's file")
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--out", str(tmp_path)])
+    assert exc.value.code == 2
+    assert f"argument --out: '{tmp_path}' is not empty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, says", [
+    ('{"timestamp": 1, "input_length": 1024, "hash_ids": [1, 2]}\n{"timest', ":2: not a JSON line"),
+    ('{"timestamp": 1}\n', ":1: missing input_length, hash_ids"),
+    ('{"timestamp": 1, "input_length": -5, "hash_ids": [1]}\n', ":1: timestamp must be"),
+    ('[1, 2]\n', ":1: not a JSON object"),
+    ("\n", "holds no request"),
+])
+def test_a_malformed_mooncake_trace_is_refused_before_the_run(text, says, tmp_path, capsys,
+                                                              no_runs):
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text(text)
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--workloads", f"mooncake:{trace}", "--out", str(out)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --workloads: " in err and says in err and "Traceback" not in err
+    assert not out.exists()
 
 
 def test_every_option_of_every_command_has_help():
@@ -81,6 +114,27 @@ def test_report_of_a_file_that_is_not_results_fails(text, tmp_path, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert f"argument dir: '{tmp_path / 'results.json'}' is not a sarp-bench results file" in err
+
+
+def test_report_of_rows_without_their_metrics_fails(tmp_path, capsys):
+    (tmp_path / "results.json").write_text(
+        '{"meta": {}, "rows": [{"workload": "w", "design": "sarp", "backend": "memory"}]}')
+    with pytest.raises(SystemExit) as exc:
+        main(["report", str(tmp_path)])
+    assert exc.value.code == 2
+    assert "row 0 lacks requests, throughput_rps, match_mean_us and" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
+
+
+def test_a_run_cut_before_its_first_request_still_reports(tmp_path):
+    """A time limit shorter than one request leaves zero throughput: the plots skip what a
+    log scale cannot show, and the report is written."""
+    out = tmp_path / "res"
+    assert main(["run", "--workloads", "synthetic/codeact", "--designs", "sarp",
+                 "--backends", "memory", "--scale", "0.03", "--repeat", "1", "--threads", "none",
+                 "--sweep", "none", "--recovery-blocks", "none", "--time-limit", "1e-9",
+                 "--out", str(out), "--no-progress"]) == 0
+    assert (out / "report.md").exists() and (out / "throughput.png").exists()
 
 
 def test_run_then_report_rerenders(tmp_path, capsys):

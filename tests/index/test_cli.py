@@ -42,6 +42,18 @@ def test_a_path_without_an_index_is_refused_and_left_alone(command, tmp_path, ca
     assert not (tmp_path / "typo").exists()
 
 
+@pytest.mark.parametrize("command", ["stats", "rebuild"])
+def test_a_memory_backend_index_is_refused_and_left_alone(command, tmp_path, capsys):
+    """Its store kept nothing across close; opening it would delete its stale routing files."""
+    path = tmp_path / "i"
+    with sarp.open(path, backend="memory") as index:
+        index.insert(tokens=np.arange(640))
+    before = {p.name: p.read_bytes() for p in path.iterdir() if p.is_file()}
+    assert main([command, str(path)]) == 1
+    assert "is on the memory backend, which kept nothing" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in path.iterdir() if p.is_file()} == before
+
+
 def test_a_mismatched_backend_is_refused(index_path, capsys):
     assert main(["stats", str(index_path), "--backend", "rocksdb"]) == 1
     assert "'odirect' store, not 'rocksdb'" in capsys.readouterr().err
