@@ -1,0 +1,56 @@
+"""Where a workload's segment retrievals and routing bytes come from: replay it through SARP
+(defaults, memory store; each request matched, then inserted) and print the match counters
+and the routing directory's arrays (docs/architecture.md quotes these figures).
+
+    python bench/routing_state.py synthetic/ultrachat trace/taubench
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import sarp
+from sarp.bench.catalog import WORKLOADS, check_workload, load_workload
+from sarp.bench.cli import arg_type
+from sarp.bench.replay import prepare, replay
+
+
+def routing_state(name: str, work: Path) -> dict[str, float]:
+    """The counters of one replay of ``name``."""
+    p = prepare(name, load_workload(name))
+    with sarp.open(work / "sarp", backend="memory") as index:
+        trace = replay(index, p)
+        st, table = index.stats(), index.directory.table
+        windows, retrieved = trace.stats["windows"], trace.stats["segments_retrieved"]
+        return {
+            "requests": trace.completed, "unique_blocks": p.unique_blocks,
+            "query_windows": windows, "segment_retrievals": retrieved,
+            "retrievals_per_window": retrieved / windows if windows else 0.0,
+            "segments": st["segments"], "blocks_written": st["blocks_written"],
+            "routing_bytes": table.nbytes(), "routing_entries": table.n_entries,
+            "table_slots": len(table.table_slots()), "arena_refs_used": table.arena_used,
+            "live_refs": table.live_refs,
+            "routing_bytes_per_block": table.nbytes() / p.unique_blocks,
+        }
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Print the counters of each workload given."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("workloads", nargs="+", type=arg_type(check_workload),
+                    help=f"from {', '.join(WORKLOADS)}, mooncake:PATH")
+    args = ap.parse_args(argv)
+    for name in args.workloads:
+        with tempfile.TemporaryDirectory() as tmp:
+            counters = routing_state(name, Path(tmp))
+        print(name)
+        for key, value in counters.items():
+            print(f"  {key:24s} {value:,.3f}" if isinstance(value, float)
+                  else f"  {key:24s} {value:,}")
+
+
+if __name__ == "__main__":
+    main()
