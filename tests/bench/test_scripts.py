@@ -56,6 +56,25 @@ def test_worker_thread_compares_both_modes_on_a_small_trace(tmp_path, capsys):
     assert float(row[3]) > 0 and float(row[4]) > 0
 
 
+def test_routing_state_counts_a_small_trace(tmp_path, capsys):
+    """Every request is matched and inserted; the counters are those of the replay."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(
+        f'{{"timestamp": {i}, "input_length": {512 * (4 + i)}, "output_length": 16, '
+        f'"hash_ids": {list(range(4 + i))}}}\n' for i in range(6)))
+    script("routing_state").main([f"mooncake:{trace}"])
+    lines = capsys.readouterr().out.splitlines()
+    counters = {k: float(v.replace(",", "")) for k, v in (x.split() for x in lines[1:])}
+    assert counters["requests"] == 6 and counters["unique_blocks"] == 9
+    assert counters["query_windows"] >= 5 and counters["segment_retrievals"] >= 5
+    assert counters["live_refs"] <= counters["arena_refs_used"]
+    assert counters["routing_bytes"] > 0 and counters["segments"] >= 1
+    with pytest.raises(SystemExit) as exc:
+        script("routing_state").main(["bogus"])
+    assert exc.value.code == 2
+    assert "argument workloads: unknown workload 'bogus'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("option, value, says", [
     ("--records", "-5", "'-5' is not a positive integer"),
     ("--sizes", "0", "'0' is not a positive integer"),
