@@ -7,16 +7,14 @@ exact oracle, and print SARP's hit-rate loss and its segment retrievals.
 
 from __future__ import annotations
 
-import argparse
-import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 import sarp
 from sarp.baselines import open_baseline
-from sarp.bench.catalog import WORKLOADS, check_workload, load_workload
-from sarp.bench.cli import arg_type
+from sarp.bench.catalog import load_workload
+from sarp.bench.cli import each_workload
 from sarp.bench.replay import prepare
 
 
@@ -45,13 +43,8 @@ def held_replay(name: str, work: Path) -> dict[str, float]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("workloads", nargs="+", type=arg_type(check_workload),
-                    help=f"from {', '.join(WORKLOADS)}, mooncake:PATH")
-    args = ap.parse_args(argv)
-    for name in args.workloads:
-        with tempfile.TemporaryDirectory() as tmp:
-            r = held_replay(name, Path(tmp))
+    """Print each named workload's hit-rate loss with the worker held."""
+    for name, r in each_workload(__doc__.split("\n\n")[0], argv, held_replay):
         print(f"{name}: loss {r['loss_pct']:.3f}% ({r['hit_blocks']} of {r['exact_blocks']} "
               f"blocks), {r['segments_retrieved']} segment retrievals")
 

@@ -7,14 +7,12 @@ and the routing directory's arrays (docs/architecture.md quotes these figures).
 
 from __future__ import annotations
 
-import argparse
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import sarp
-from sarp.bench.catalog import WORKLOADS, check_workload, load_workload
-from sarp.bench.cli import arg_type
+from sarp.bench.catalog import load_workload
+from sarp.bench.cli import each_workload
 from sarp.bench.replay import prepare, replay
 
 
@@ -39,13 +37,7 @@ def routing_state(name: str, work: Path) -> dict[str, float]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Print the counters of each workload given."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("workloads", nargs="+", type=arg_type(check_workload),
-                    help=f"from {', '.join(WORKLOADS)}, mooncake:PATH")
-    args = ap.parse_args(argv)
-    for name in args.workloads:
-        with tempfile.TemporaryDirectory() as tmp:
-            counters = routing_state(name, Path(tmp))
+    for name, counters in each_workload(__doc__.split("\n\n")[0], argv, routing_state):
         print(name)
         for key, value in counters.items():
             print(f"  {key:24s} {value:,.3f}" if isinstance(value, float)

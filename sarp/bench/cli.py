@@ -13,10 +13,11 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Callable, Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sarp.bench.backends import check_backend
 from sarp.bench.catalog import MOONCAKE, WORKLOADS, check_workload
@@ -30,6 +31,7 @@ from sarp.bench.results import default_dir, load_results, write_results
 from sarp.bench.sweep import DEFAULT_BUDGETS
 from storage_backends import DURABILITY_MODES, KINDS
 
+T = TypeVar("T")
 QUICK_WORKLOADS = [w for w in WORKLOADS if w.startswith("synthetic/")] + ["trace/magagent"]
 QUICK = {"scale": 0.25, "repeat": 5, "time_limit": 20.0, "threads": [], "recovery": [100_000]}
 FULL = {"scale": 1.0, "repeat": 3, "time_limit": None, "threads": [1, 2, 4, 8],
@@ -133,6 +135,18 @@ def _workload(name: str) -> str:
 
 positive_number = arg_type(_positive_number)
 out_directory = arg_type(_out_directory)
+
+
+def each_workload(description: str, argv: Sequence[str] | None,
+                  measure: Callable[[str, Path], T]) -> Iterator[tuple[str, T]]:
+    """The command line of a bench/ script that measures each workload it names: (name, what
+    ``measure(name, a temporary directory)`` returned), in order."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("workloads", nargs="+", type=arg_type(check_workload),
+                    help=f"from {', '.join(WORKLOADS)}, mooncake:PATH")
+    for name in ap.parse_args(argv).workloads:
+        with tempfile.TemporaryDirectory() as tmp:
+            yield name, measure(name, Path(tmp))
 
 
 def _common(p: argparse.ArgumentParser) -> None:
