@@ -463,7 +463,8 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
         raise
     store_open_s = time.perf_counter() - t0
     try:
-        _check_segments_fit(cfg, store)
+        if not existing:  # checked once, when the index is created
+            _check_segments_fit(cfg, store)
         index = Index(root, cfg, store, background=background,
                       snapshot_every_inserts=snapshot_every_inserts,
                       snapshot_every_seconds=snapshot_every_seconds,
