@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Set
 import numpy as np
 
 from sarp._core.blockids import chain_block_ids, namespace_seed
-from sarp.checks import check_int
+from sarp.checks import check_int, check_iterable
 
 _TOKEN_LIMIT = 2**32
 _ID_LIMIT = 2**64
@@ -49,9 +49,8 @@ def _integer_array(values: object, name: str, limit: int, dtype: type) -> np.nda
         raise TypeError(f"{name} must not be a masked array")
     if isinstance(values, np.ndarray) and values.dtype != object:
         return _from_array(values, name, limit, dtype)
-    if (isinstance(values, (str, bytes, bytearray, memoryview, Set, Mapping))
-            or not isinstance(values, Iterable)):  # sets and mappings have no token order
-        raise TypeError(f"{name} must be a sequence of integers, got {type(values).__name__}")
+    # sets and mappings have no token order
+    check_iterable(values, name, "a sequence of integers", (Set, Mapping))
     seq = values.tolist() if isinstance(values, np.ndarray) else list(values)
     for t in set(map(type, seq)):
         if issubclass(t, (bool, np.bool_)) or not issubclass(t, (int, np.integer)):

@@ -3,6 +3,9 @@ error naming the argument before anything is created or changed."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from pathlib import Path
+
 #: the largest integer option: what fits a signed 64-bit field
 MAX_INT = (1 << 63) - 1
 
@@ -18,3 +21,26 @@ def check_int(value: object, name: str, lo: int, hi: int = MAX_INT) -> int:
     if not lo <= n <= hi:
         raise ValueError(f"{name} must be in [{lo}, {hi}], got {n}")
     return n
+
+
+_TEXT = (str, bytes, bytearray, memoryview)
+
+
+def check_iterable(value: object, name: str, what: str, exclude: tuple[type, ...] = ()) -> None:
+    """Raise TypeError naming the argument (``name`` must be ``what``) unless ``value`` is an
+    iterable other than text and the types in ``exclude``."""
+    if isinstance(value, _TEXT + exclude) or not isinstance(value, Iterable):
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__}")
+
+
+def check_directory(path: Path, is_file: str, cannot_create: str) -> None:
+    """Raise ValueError unless ``path`` is a directory or can be created as one: ``is_file``
+    when ``path`` is a file, ``cannot_create`` (with the file named) when a file stands where
+    one of its missing parents would be."""
+    if path.exists():
+        if not path.is_dir():
+            raise ValueError(is_file)
+        return
+    above = next(a for a in path.absolute().parents if a.exists())
+    if not above.is_dir():
+        raise ValueError(f"{cannot_create}: {str(above)!r} is a file")

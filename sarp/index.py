@@ -34,7 +34,7 @@ from sarp._core.hashing import xxh64
 from sarp._core.segment_codec import encoded_size
 from sarp.background import Worker
 from sarp.block_ids import as_block_ids, block_ids
-from sarp.checks import check_int
+from sarp.checks import check_directory, check_int
 from sarp.config import Config, config_from_kwargs, digest_text, dumps, loads
 from sarp.errors import CorruptionError, IndexClosedError, RecoveryError, StoreKindError
 from sarp.insertion import insert as insert_path
@@ -496,11 +496,8 @@ def _index_path(path: object) -> Path:
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
     root = Path(path)
-    if root.exists() and not root.is_dir():
-        raise ValueError(f"path {str(root)!r} is a file, not an index directory")
-    above = next(p for p in root.absolute().parents if p.exists())
-    if not root.exists() and not above.is_dir():
-        raise ValueError(f"path {str(root)!r} cannot be created: {str(above)!r} is a file")
+    check_directory(root, f"path {str(root)!r} is a file, not an index directory",
+                    f"path {str(root)!r} cannot be created")
     return root
 
 

@@ -20,6 +20,7 @@ from sarp.errors import CorruptionError, RecoveryError
 from sarp.routing import Build, Events
 
 if TYPE_CHECKING:
+    from sarp._core.segment_codec import Segment
     from sarp.index import Index
 
 
@@ -114,10 +115,16 @@ def roll_forward(index: Index, report: dict[str, Any]) -> None:
     never return an unverified one."""
     segs = index.segments
     while (seg := segs.read(segs.next_id)) is not None:
-        segs.advance_past(seg.segment_id)
+        _place_stored(index, seg)
         index.counters["indexed_blocks"] += seg.block_count
-        index.run_inline(index.directory.place(seg.segment_id, seg.block_ids))
         report["rolled_forward"] += 1
+
+
+def _place_stored(index: Index, seg: Segment) -> None:
+    """Register a segment found in the store (not named by a journal record), and keep its id
+    from being allocated again."""
+    index.segments.advance_past(seg.segment_id)
+    index.run_inline(index.directory.place(seg.segment_id, seg.block_ids))
 
 
 def redo_pending(index: Index, report: dict[str, Any]) -> None:
@@ -145,9 +152,8 @@ def rebuild(index: Index) -> dict[str, Any]:
     t0 = time.perf_counter()
     blocks = 0
     for seg in index.segments.scan():
-        index.segments.advance_past(seg.segment_id)
+        _place_stored(index, seg)
         blocks += seg.block_count
-        index.run_inline(index.directory.place(seg.segment_id, seg.block_ids))
     index.counters["indexed_blocks"] = blocks
     return {"rebuild_s": time.perf_counter() - t0, "segments": index.segments.next_id,
             "blocks": blocks}

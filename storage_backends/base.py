@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sarp.checks import check_int
+from sarp.checks import check_int, check_iterable
 from sarp.errors import CorruptionError, StoreClosedError, StoreKindError
 from storage_backends.calls import Calls
 from storage_backends.io import File, FileIO
@@ -43,17 +43,13 @@ def check_io(io: object) -> FileIO:
 
 def check_keys(keys: object) -> list[int]:
     """``keys`` (an iterable of integers, not a string) as a list of checked keys."""
-    if isinstance(keys, (str, bytes, bytearray, memoryview)) or not isinstance(keys, Iterable):
-        raise TypeError(f"keys must be an iterable of integers, got {type(keys).__name__}")
+    check_iterable(keys, "keys", "an iterable of integers")
     return [check_key(k, "keys") for k in keys]
 
 
 def check_pairs(pairs: object) -> list[tuple[int, bytes]]:
     """``pairs`` (an iterable of (key, value) pairs) as a list of checked pairs."""
-    if (isinstance(pairs, (str, bytes, bytearray, memoryview, Mapping))
-            or not isinstance(pairs, Iterable)):
-        raise TypeError("pairs must be an iterable of (key, value) pairs, got "
-                        f"{type(pairs).__name__}")
+    check_iterable(pairs, "pairs", "an iterable of (key, value) pairs", (Mapping,))
     out = []
     for pair in pairs:
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:

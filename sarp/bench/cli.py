@@ -29,6 +29,7 @@ from sarp.bench.recovery_bench import RECOVERY_DESIGNS
 from sarp.bench.report import render
 from sarp.bench.results import default_dir, load_results, write_results
 from sarp.bench.sweep import DEFAULT_BUDGETS
+from sarp.checks import check_directory
 from storage_backends import DURABILITY_MODES, KINDS
 
 T = TypeVar("T")
@@ -104,14 +105,11 @@ def _out_directory(text: str) -> Path:
     """A results directory to create, or an empty one: a run never mixes its files with
     another's."""
     path = Path(text)
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{text!r} exists and is not a directory")
+    check_directory(path, f"{text!r} exists and is not a directory",
+                    f"{text!r} cannot be created")
     if path.is_dir() and any(path.iterdir()):
         raise ValueError(f"{text!r} is not empty (sarp-bench report DIR renders a results "
                          "directory again)")
-    above = next(a for a in path.absolute().parents if a.exists())
-    if not path.exists() and not above.is_dir():
-        raise ValueError(f"{text!r} cannot be created: {str(above)!r} is a file")
     return path
 
 
