@@ -346,11 +346,14 @@ class Index:
 
     # -- files ---------------------------------------------------------------------------
     def _start(self, existing: bool) -> None:
-        """Recover an existing index, or create the first journal of a new one."""
+        """Recover an existing index, or create the first journal of a new one; then journal
+        and register the segments stored past the last journaled one (``roll_forward``)."""
         if existing:
             self.recovery = recovery.recover(self)
         self._journal = journal.JournalWriter(
             self.io, self.path / journal.FILES.name(self.epoch), self.epoch)
+        if existing:
+            recovery.roll_forward(self, self.recovery)
 
     def _publish_rebuild(self) -> None:
         """Rebuild from a full segment scan and publish it as a snapshot newer than any file

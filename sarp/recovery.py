@@ -3,8 +3,8 @@
 Damage is detected, never trusted: a snapshot that fails its checks is skipped for the one
 before it (its journals replayed on top); journal records must be numbered without a gap; when
 no verified state can be reached the error names every file and fault. Segments stored past
-the last journaled id are then registered too (``roll_forward``). ``rebuild`` is the slow
-path: a full scan of the segment store.
+the last journaled id are then registered and journaled (``roll_forward``). ``rebuild`` is the
+slow path: a full scan of the segment store.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from sarp.errors import CorruptionError, RecoveryError
 from sarp.routing import Build, Events
 
 if TYPE_CHECKING:
-    from sarp._core.segment_codec import Segment
     from sarp.index import Index
 
 
@@ -81,7 +80,6 @@ def recover(index: Index) -> dict[str, Any]:
                     "`sarp rebuild`")
             last_seq = rec.record_seq
             _replay_record(index, rec, report)
-    roll_forward(index, report)
     redo_pending(index, report)
     report["journal_replay_s"] = time.perf_counter() - t2
     index.epoch = chain[-1][0]
@@ -102,29 +100,32 @@ def _replay_record(index: Index, rec: journal.Record, report: dict[str, Any]) ->
 
 
 def roll_forward(index: Index, report: dict[str, Any]) -> None:
-    """Register the segments stored under the ids that follow the last one journaled.
+    """Register the segments stored under the ids that follow the last one journaled, each
+    with a journal record of its own, synced before the index serves.
 
     An insert stores its segments before it appends their journal record, so a crash in
     between leaves them stored, unjournaled and unacknowledged; a journal cut at a record
     boundary loses records with no torn tail to show for it. Either way the segments are
     whole and checksummed (a damaged one raises ``CorruptionError``), so they are placed
-    rather than lost, and their ids are never allocated again; their blocks count in
-    ``indexed_blocks`` as stored blocks, as in ``rebuild``. This finds the new segments of
-    lost records up to the first id the store lacks. An extension lost with its record keeps
-    the segment's earlier placement: matches may stop short of the appended blocks, and
-    never return an unverified one."""
+    rather than lost, and their ids are never allocated again. The record matters: an insert
+    acknowledged later may rely on them without writing them, and once later inserts move
+    the allocator past them only a record brings them back at the next recovery. Their blocks
+    count in ``indexed_blocks`` as stored blocks, as in ``rebuild``. This finds the new
+    segments of lost records up to the first id the store lacks. An extension lost with its
+    record keeps the segment's earlier placement: matches may stop short of the appended
+    blocks, and never return an unverified one.
+
+    Runs once the journal writer is open (``Index._start``), after ``recover``."""
+    t0 = time.perf_counter()
     segs = index.segments
     while (seg := segs.read(segs.next_id)) is not None:
-        _place_stored(index, seg)
-        index.counters["indexed_blocks"] += seg.block_count
+        segs.advance_past(seg.segment_id)
+        index._journal_append([seg.segment_id], seg.block_count)
+        index.run_inline(index.directory.place(seg.segment_id, seg.block_ids))
         report["rolled_forward"] += 1
-
-
-def _place_stored(index: Index, seg: Segment) -> None:
-    """Register a segment found in the store (not named by a journal record), and keep its id
-    from being allocated again."""
-    index.segments.advance_past(seg.segment_id)
-    index.run_inline(index.directory.place(seg.segment_id, seg.block_ids))
+    if report["rolled_forward"]:
+        index._journal.sync()
+    report["journal_replay_s"] += time.perf_counter() - t0
 
 
 def redo_pending(index: Index, report: dict[str, Any]) -> None:
@@ -152,7 +153,8 @@ def rebuild(index: Index) -> dict[str, Any]:
     t0 = time.perf_counter()
     blocks = 0
     for seg in index.segments.scan():
-        _place_stored(index, seg)
+        index.segments.advance_past(seg.segment_id)
+        index.run_inline(index.directory.place(seg.segment_id, seg.block_ids))
         blocks += seg.block_count
     index.counters["indexed_blocks"] = blocks
     return {"rebuild_s": time.perf_counter() - t0, "segments": index.segments.next_id,

@@ -142,6 +142,26 @@ def test_a_journal_cut_at_a_record_boundary_loses_no_stored_segment(tmp_path, ba
             assert check_match(index, i) == len(sequence(i)) // B
 
 
+def test_rolled_forward_segments_survive_the_next_recovery(tmp_path):
+    """Segments registered by a roll-forward get a journal record: an insert acknowledged
+    afterwards that relies on them (it finds them stored and writes nothing) still matches
+    after the next crash, before any snapshot, though later inserts have moved the segment
+    allocator past them (so no roll-forward finds them again)."""
+    path = tmp_path / "i"
+    build(path, 0, 12, snapshots_at={5})
+    jpath = journal.files(path)[-1][1]
+    jpath.write_bytes(jpath.read_bytes()[:record_ends(jpath)[-2]])  # the last insert's record
+    with sarp.open(path, backend="wiredtiger", snapshot_on_close=False) as index:
+        assert index.recovery["rolled_forward"] > 0
+        assert index.io.stats()["fdatasyncs"] == 1  # their records, before the index serves
+        before = index.stats()["segments_written"]
+        insert(index, 11)  # acknowledged now; its segments are already stored
+        assert index.stats()["segments_written"] == before
+        insert(index, 12)  # new segments, past the rolled-forward ones
+    report = assert_all_match(path, 13)  # no snapshot since: the journal alone must hold them
+    assert report["rolled_forward"] == 0
+
+
 def test_a_gap_in_the_journal_records_is_refused(tmp_path):
     """Journal 0 cut at a record boundary, then read on the way to journal 1 (the newest
     snapshot is damaged): the record numbers jump, so recovery refuses and names the gap."""
