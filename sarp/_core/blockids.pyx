@@ -8,6 +8,8 @@ import numpy as np
 
 from libc.stdint cimport uint32_t, uint64_t
 
+from sarp._core.gil cimport RELEASE_GIL_BYTES
+
 
 cdef extern from "xxh64.h" nogil:
     uint64_t sarp_xxh64(const void* p, size_t n, uint64_t seed)
@@ -22,6 +24,14 @@ def namespace_seed(const unsigned char[::1] namespace not None):
     return sarp_xxh64(&namespace[0], <size_t>n, 0)
 
 
+cdef void _chain(const uint32_t* tokens, Py_ssize_t count, Py_ssize_t block_size, uint64_t h,
+                 uint64_t* ids) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(count):
+        h = sarp_xxh64_u32s(&tokens[i * block_size], <size_t>block_size, h)
+        ids[i] = h
+
+
 def chain_block_ids(const uint32_t[::1] tokens not None, Py_ssize_t block_size, uint64_t seed):
     """Block IDs of the full blocks of ``tokens`` (uint64, one per block), chained from ``seed``.
 
@@ -32,11 +42,12 @@ def chain_block_ids(const uint32_t[::1] tokens not None, Py_ssize_t block_size, 
         raise ValueError(f"block_size must be positive, got {block_size}")
     cdef Py_ssize_t count = tokens.shape[0] // block_size
     out = np.empty(count, dtype=np.uint64)
+    if count == 0:
+        return out
     cdef uint64_t[::1] ids = out
-    cdef uint64_t h = seed
-    cdef Py_ssize_t i
-    with nogil:
-        for i in range(count):
-            h = sarp_xxh64_u32s(&tokens[i * block_size], <size_t>block_size, h)
-            ids[i] = h
+    if count * block_size * 4 >= RELEASE_GIL_BYTES:
+        with nogil:
+            _chain(&tokens[0], count, block_size, seed, &ids[0])
+    else:
+        _chain(&tokens[0], count, block_size, seed, &ids[0])
     return out

@@ -61,8 +61,7 @@ def region_filter(
     if p < 0 or p > end:
         raise ValueError(f"p must be in [0, end={end}], got {p}")
     cdef uint64_t f
-    with nogil:
-        f = pack(data(block_ids), p, end, n_fields, bits, stride)
+    f = pack(data(block_ids), p, end, n_fields, bits, stride)
     return f
 
 
@@ -80,12 +79,11 @@ def filters_at(
     cdef Py_ssize_t n = positions.shape[0], i, bad = -1
     out = np.empty(n, dtype=np.uint64)
     cdef uint64_t[::1] f = out
-    with nogil:
-        for i in range(n):
-            if positions[i] < 0 or positions[i] > end:
-                bad = i
-                break
-            f[i] = pack(data(block_ids), <Py_ssize_t>positions[i], end, n_fields, bits, stride)
+    for i in range(n):
+        if positions[i] < 0 or positions[i] > end:
+            bad = i
+            break
+        f[i] = pack(data(block_ids), <Py_ssize_t>positions[i], end, n_fields, bits, stride)
     if bad >= 0:
         raise ValueError(f"positions[{bad}] = {positions[bad]} is outside [0, end={end}]")
     return out
@@ -106,8 +104,7 @@ def exists_match(const uint64_t[::1] filters not None, uint64_t fq, int k, int n
     if k < 0 or k > n_fields:
         raise ValueError(f"k must be in [0, {n_fields}], got {k}")
     cdef bint found
-    with nogil:
-        found = exists(data(filters), filters.shape[0], fq, k, bits)
+    found = exists(data(filters), filters.shape[0], fq, k, bits)
     return found
 
 
@@ -117,9 +114,8 @@ def best_fields(const uint64_t[::1] filters not None, uint64_t fq, int n_fields=
     L* = k* * stride blocks.
     """
     check_layout(n_fields, bits)
-    cdef int k
-    with nogil:
-        k = best(data(filters), filters.shape[0], fq, n_fields, bits)
+    cdef int k = 0
+    k = best(data(filters), filters.shape[0], fq, n_fields, bits)
     return k
 
 
@@ -151,13 +147,12 @@ def candidate_order(
     cdef int32_t[::1] fields = matched
     cdef Selection sel
     cdef Py_ssize_t out = 0, i
-    cdef int k
+    cdef int k = 0
     cdef const uint64_t* ids = data(segs) if segs is not None else NULL
-    with nogil:
-        selection_init(&sel, data(filters), ids, n, fq, n_fields, bits, True)
-        while out < total:
-            i = selection_next(&sel, &k)
-            idx[out] = i
-            fields[out] = k
-            out += 1
+    selection_init(&sel, data(filters), ids, n, fq, n_fields, bits, True)
+    while out < total:
+        i = selection_next(&sel, &k)
+        idx[out] = i
+        fields[out] = k
+        out += 1
     return order, matched

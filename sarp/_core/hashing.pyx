@@ -3,6 +3,8 @@
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport uint64_t
 
+from sarp._core.gil cimport RELEASE_GIL_BYTES
+
 
 cdef extern from "xxh64.h" nogil:
     uint64_t sarp_xxh64(const void* p, size_t n, uint64_t seed)
@@ -20,7 +22,10 @@ def xxh64(data, uint64_t seed=0):
     except (TypeError, BufferError, ValueError) as exc:
         raise TypeError(f"data must be a contiguous bytes-like object: {exc}") from None
     try:
-        with nogil:
+        if view.len >= RELEASE_GIL_BYTES:
+            with nogil:
+                h = sarp_xxh64(view.buf, <size_t>view.len, seed)
+        else:
             h = sarp_xxh64(view.buf, <size_t>view.len, seed)
     finally:
         PyBuffer_Release(&view)

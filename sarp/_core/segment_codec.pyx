@@ -101,8 +101,7 @@ cdef int parse_header(const unsigned char* p, Py_ssize_t length, Header* h) exce
 cdef int check_checksum(const unsigned char* p, Py_ssize_t length) except -1:
     cdef uint64_t stored = sarp_read_le64(p + length - CHECKSUM_SIZE)
     cdef uint64_t actual
-    with nogil:
-        actual = sarp_xxh64(p, <size_t>(length - CHECKSUM_SIZE), 0)
+    actual = sarp_xxh64(p, <size_t>(length - CHECKSUM_SIZE), 0)
     if stored != actual:
         raise ChecksumError(f"segment record checksum {stored:#018x} != computed {actual:#018x}")
     return 0
@@ -149,22 +148,21 @@ cdef bytes build(
     cdef unsigned char* p = <unsigned char*>PyBytes_AS_STRING(out)
     cdef unsigned char* meta = p + HEADER_SIZE + 8 * n
     cdef Py_ssize_t i
-    with nogil:
-        sarp_write_le32(p, MAGIC)
-        sarp_write_le16(p + 4, VERSION)
-        sarp_write_le16(p + 6, <uint16_t>meta_width)
-        sarp_write_le64(p + 8, segment_id)
-        sarp_write_le64(p + 16, start)
-        sarp_write_le32(p + 24, <uint32_t>n)
-        sarp_write_le32(p + 28, 0)
-        if n_old:
-            memcpy(p + HEADER_SIZE, old_ids, 8 * n_old)
-            memcpy(meta, old_meta, n_old * meta_width)
-        for i in range(n_new):
-            sarp_write_le64(p + HEADER_SIZE + 8 * (n_old + i), new_ids[i])
-        if n_new:
-            memcpy(meta + n_old * meta_width, new_meta, n_new * meta_width)
-        sarp_write_le64(p + size - CHECKSUM_SIZE, sarp_xxh64(p, <size_t>(size - CHECKSUM_SIZE), 0))
+    sarp_write_le32(p, MAGIC)
+    sarp_write_le16(p + 4, VERSION)
+    sarp_write_le16(p + 6, <uint16_t>meta_width)
+    sarp_write_le64(p + 8, segment_id)
+    sarp_write_le64(p + 16, start)
+    sarp_write_le32(p + 24, <uint32_t>n)
+    sarp_write_le32(p + 28, 0)
+    if n_old:
+        memcpy(p + HEADER_SIZE, old_ids, 8 * n_old)
+        memcpy(meta, old_meta, n_old * meta_width)
+    for i in range(n_new):
+        sarp_write_le64(p + HEADER_SIZE + 8 * (n_old + i), new_ids[i])
+    if n_new:
+        memcpy(meta + n_old * meta_width, new_meta, n_new * meta_width)
+    sarp_write_le64(p + size - CHECKSUM_SIZE, sarp_xxh64(p, <size_t>(size - CHECKSUM_SIZE), 0))
     return out
 
 

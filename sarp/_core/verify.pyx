@@ -40,7 +40,6 @@ def common_prefix(a, Py_ssize_t a_off, b, Py_ssize_t b_off, Py_ssize_t limit=-1)
     cdef const uint64_t* pa = <const uint64_t*>cnp.PyArray_DATA(arr_a) + a_off
     cdef const uint64_t* pb = <const uint64_t*>cnp.PyArray_DATA(arr_b) + b_off
     cdef Py_ssize_t i = 0
-    with nogil:
-        while i < n and pa[i] == pb[i]:
-            i += 1
+    while i < n and pa[i] == pb[i]:
+        i += 1
     return i

@@ -26,9 +26,9 @@ whose rematerialization is still queued. Its list has outgrown the pruning thres
 deeper entries that will split it do not exist yet, so its members tie; reading them all keeps
 the match exact while the background worker catches up.
 
-Only two kinds of call leave compiled code: the routing table's probe/refs lookups (in-memory,
-with the GIL held) and ``read``, the segment store's read of one segment. Filtering, selection
-and verification run with the GIL released.
+Only two kinds of call leave compiled code: the routing table's probe/refs lookups (in-memory)
+and ``read``, the segment store's read of one segment. The window loop keeps the GIL
+(``sarp/_core/gil.pxd`` says why); the store's I/O may release it.
 """
 
 import numpy as np
@@ -200,16 +200,14 @@ cdef class WindowMatcher:
         cdef uint64_t fq = 0
         cdef Py_ssize_t top, i, length, limit
         cdef const uint64_t* ids
-        with nogil:
-            if self.filtering:
-                fq = pack(self.q, w.p, w.we, self.n_fields, self.bits, self.stride)
-            top = selection_init(&sel, fl, sid, m, fq, self.n_fields, self.bits, self.filtering)
-            i = self.next_candidate(&sel, &w)
+        if self.filtering:
+            fq = pack(self.q, w.p, w.we, self.n_fields, self.bits, self.stride)
+        top = selection_init(&sel, fl, sid, m, fq, self.n_fields, self.bits, self.filtering)
+        i = self.next_candidate(&sel, &w)
         self.candidates_after += min(top, w.total)
         while i >= 0:
             if has_known and sid[i] == known_id:
-                with nogil:
-                    i = self.next_candidate(&sel, &w)
+                i = self.next_candidate(&sel, &w)
                 continue
             seg = self._read(sid[i])
             w.retrieved += 1
@@ -220,14 +218,12 @@ cdef class WindowMatcher:
                 block_ids = u64_array(seg.block_ids, "a segment's block_ids")
                 ids = u64_data(block_ids)
                 limit = min(cnp.PyArray_DIM(block_ids, 0), w.we - ws)
-                with nogil:
-                    length = 0
-                    while length < limit and ids[length] == self.q[ws + length]:
-                        length += 1
+                length = 0
+                while length < limit and ids[length] == self.q[ws + length]:
+                    length += 1
                 self.blocks_verified += length
                 if ws + length > w.best_end:
                     w.best_end = ws + length
                     best = seg
-            with nogil:
-                i = self.next_candidate(&sel, &w)
+            i = self.next_candidate(&sel, &w)
         return w.best_end, best

@@ -181,7 +181,7 @@ def _scaling(opts: RunOptions, p: Prepared, backends: list[str], caps: dict[str,
         if name == "segment-radix-capped":
             cap = caps.get(f"{p.name} {backend}") or _probe_radix_cap(opts, p, work)
         rows += scaling(p, DESIGNS[name], _setup(opts, p, backend, cap), opts.threads, work,
-                        progress)
+                        progress, opts.repeat)
     return rows
 
 

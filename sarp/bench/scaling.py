@@ -7,6 +7,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from sarp.bench.designs import Design, Setup
 from sarp.bench.progress import Progress
 from sarp.bench.replay import Prepared, replay_threads
@@ -17,21 +19,29 @@ SCALING_DESIGNS = ("sarp", "ssd-blockhash", "segment-hash", "segment-radix",
 
 
 def scaling(p: Prepared, design: Design, setup: Setup, counts: list[int], workdir: Path,
-            progress: Progress) -> list[dict[str, Any]]:
-    """One row per thread count: throughput and speedup over the one-thread row."""
-    rows = []
-    for threads in counts:
-        path = workdir / f"threads-{design.name}-{threads}"
-        progress.note(f"{p.name} {design.name} {setup.backend}: {threads} thread(s)")
-        index = design.open(path, setup)
-        try:
-            done, wall = replay_threads(index, p, threads)
-        finally:
-            index.close()
-        shutil.rmtree(path, ignore_errors=True)
-        rows.append({"workload": p.name, "design": design.name, "backend": setup.backend,
-                     "threads": threads, "requests": done,
-                     "throughput_rps": done / wall if wall > 0 else None})
+            progress: Progress, repeat: int = 1) -> list[dict[str, Any]]:
+    """One row per thread count: the median throughput of ``repeat`` replays (the counts
+    interleaved: repetition r of each before r + 1 of any) and its speedup over the one-thread
+    row's median."""
+    rates: dict[int, list[float]] = {threads: [] for threads in counts}
+    done: dict[int, int] = {}
+    for rep in range(repeat):
+        for threads in counts:
+            path = workdir / f"threads-{design.name}-{threads}"
+            progress.note(f"{p.name} {design.name} {setup.backend}: {threads} thread(s), "
+                          f"repetition {rep + 1} of {repeat}")
+            index = design.open(path, setup)
+            try:
+                done[threads], wall = replay_threads(index, p, threads)
+            finally:
+                index.close()
+            shutil.rmtree(path, ignore_errors=True)
+            if wall > 0:
+                rates[threads].append(done[threads] / wall)
+    rows = [{"workload": p.name, "design": design.name, "backend": setup.backend,
+             "threads": threads, "requests": done[threads],
+             "throughput_rps": float(np.median(rates[threads])) if rates[threads] else None}
+            for threads in counts]
     base = next((r["throughput_rps"] for r in rows if r["threads"] == 1), None)
     for r in rows:
         r["speedup"] = r["throughput_rps"] / base if base and r["throughput_rps"] else None

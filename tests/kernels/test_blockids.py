@@ -21,8 +21,11 @@ def test_matches_reference(tokens, block_size, namespace):
     assert got.tolist() == ref.block_ids(tokens, block_size, namespace)
 
 
-def test_definition_with_xxhash():
-    tok = np.random.default_rng(1).integers(0, 2**32, size=1000, dtype=np.uint32)
+# 1000 tokens; then either side of 64 KiB of tokens, where hashing releases the GIL
+# (sarp/_core/gil.pxd)
+@pytest.mark.parametrize("n", [1000, 16383, 16384, 50_011])
+def test_definition_with_xxhash(n):
+    tok = np.random.default_rng(n).integers(0, 2**32, size=n, dtype=np.uint32)
     prev = xxhash.xxh64_intdigest(b"model-a", seed=0)
     expected = []
     for i in range(len(tok) // 16):

@@ -32,6 +32,13 @@ def test_matches_xxhash(data, seed):
     assert xxh64(data, seed) == xxhash.xxh64_intdigest(data, seed)
 
 
+@pytest.mark.parametrize("n", [65535, 65536, 300_001])
+def test_large_buffers_either_side_of_the_gil_release_size(n):
+    # inputs of 64 KiB or more are hashed with the GIL released (sarp/_core/gil.pxd)
+    data = random.Random(n).randbytes(n)
+    assert xxh64(data, 11) == xxhash.xxh64_intdigest(data, 11)
+
+
 def test_any_contiguous_buffer():
     arr = np.arange(37, dtype=np.uint32)
     raw = arr.tobytes()
