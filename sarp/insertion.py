@@ -27,7 +27,7 @@ from sarp.config import Config
 from sarp.matched_prefix import Tail
 from sarp.matching import COUNTERS, matcher
 from sarp.routing import RoutingDirectory
-from sarp.segments import SegmentStore
+from sarp.segments import SegmentStore, join_rows
 
 #: called with the written segments (decoded), in order, once they are stored, and the number
 #: of blocks they add to the index: registers them
@@ -128,7 +128,8 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
                     continue  # the window is already stored
                 shared = found_end - ws
                 ids = np.concatenate((stored.block_ids[:shared], q[found_end:we]))
-                rows = np.concatenate((stored.metadata[:shared], meta[found_end:we]))
+                rows = np.frombuffer(join_rows((stored.metadata[:shared], meta[found_end:we])),
+                                     np.uint8).reshape(-1, meta.shape[1])
                 pending.append(segments.encode_new(ws, ids, rows))
                 pending_new += we - found_end
                 diverged = True

@@ -18,7 +18,7 @@ import numpy as np
 from sarp._core.window import COUNTERS, WindowMatcher
 from sarp.config import Config
 from sarp.routing import RoutingDirectory
-from sarp.segments import SegmentStore
+from sarp.segments import SegmentStore, join_rows
 
 __all__ = ["COUNTERS", "MatchResult", "match", "matcher"]
 
@@ -67,7 +67,5 @@ def match(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: n
             pos = end
             break
         pos = end
-    dtype = cfg.metadata_dtype
-    meta = (np.concatenate(parts) if parts else np.zeros((0, cfg.meta_width), np.uint8))
-    metadata = np.frombuffer(meta, dtype)  # meta is a new contiguous array: no copy
+    metadata = np.frombuffer(join_rows(parts), cfg.metadata_dtype)  # a new buffer: no copy
     return MatchResult(pos, pos * cfg.block_size, q[:pos].copy(), metadata, m.stats()), tail

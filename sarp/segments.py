@@ -9,7 +9,7 @@ monotonically and are the record store's keys. Records are encoded by the Cython
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -19,6 +19,15 @@ from sarp.matched_prefix import WriteClock
 
 if TYPE_CHECKING:
     from storage_backends import RecordStore
+
+
+def join_rows(parts: Iterable[np.ndarray]) -> bytearray:
+    """The bytes of C-contiguous arrays ``parts`` (rows of block metadata), concatenated.
+
+    Copied with the GIL held: ``np.concatenate`` releases it for arrays of this size, and
+    under request threads each release costs a thread switch (``sarp/_core/gil.pxd``).
+    """
+    return bytearray().join(parts)
 
 
 class SegmentStore:
