@@ -5,11 +5,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sarp.bench.designs import DESIGNS
+import sarp.bench.scaling as scaling_mod
+from sarp.bench.catalog import load_workload
+from sarp.bench.designs import DESIGNS, Setup
 from sarp.bench.harness import RunOptions, run
 from sarp.bench.metrics import FIELDS
 from sarp.bench.progress import Progress
 from sarp.bench.recovery_bench import mix
+from sarp.bench.replay import prepare
 from sarp.bench.report import _budget_share, paired_range, ratios, render
 from sarp.bench.results import load_results, write_results
 
@@ -198,3 +201,22 @@ def test_the_radix_cap_is_the_given_share_of_sarps_routing_bytes(tmp_path):
     assert cap == int(0.25 * rows["sarp"]["routing_bytes"])
     assert rows["segment-radix-capped"]["routing_bytes"] <= cap  # the tree keeps to it
     assert any("0.25x SARP's routing bytes" in n for n in res["meta"]["notes"])
+
+
+def test_thread_rows_are_medians_of_interleaved_repetitions(tmp_path, monkeypatch):
+    p = prepare(WORKLOAD, load_workload(WORKLOAD, 0.05, 0))
+    walls = iter([1.0, 4.0, 3.0, 2.0, 2.0, 1.0])  # threads 1, 2; repetition by repetition
+    order = []
+
+    def fake_replay(index, prepared, threads):
+        order.append(threads)
+        return 10, next(walls)
+
+    monkeypatch.setattr(scaling_mod, "replay_threads", fake_replay)
+    rows = scaling_mod.scaling(p, DESIGNS["sarp"], Setup("memory", 1 << 20, "none", False),
+                               [1, 2], tmp_path, Progress(False), repeat=3)
+    assert order == [1, 2, 1, 2, 1, 2]
+    assert [r["threads"] for r in rows] == [1, 2]
+    assert rows[0]["throughput_rps"] == 5.0  # walls 1, 3, 2 -> 10, 3.33, 5 req/s
+    assert rows[1]["throughput_rps"] == 5.0  # walls 4, 2, 1 -> 2.5, 5, 10 req/s
+    assert rows[1]["speedup"] == 1.0
