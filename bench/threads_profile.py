@@ -24,8 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 from sarp.bench.backends import check_backend
-from sarp.bench.catalog import check_workload
-from sarp.bench.cli import arg_type, positive_count, positive_number
+from sarp.bench.cli import arg_type, checked_workload, positive_count, positive_number
 from sarp.bench.designs import DESIGNS
 
 RATE = 250  # samples per second and thread
@@ -89,7 +88,7 @@ def summary(out: Path, label: str) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workload", type=arg_type(check_workload), default="trace/magagent")
+    ap.add_argument("--workload", type=arg_type(checked_workload), default="trace/magagent")
     ap.add_argument("--design", choices=DESIGNS, default="sarp")
     ap.add_argument("--backend", type=arg_type(check_backend), default="wiredtiger")
     ap.add_argument("--threads", type=arg_type(positive_count), default=8)

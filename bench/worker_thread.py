@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from sarp.bench.backends import check_backend
-from sarp.bench.catalog import WORKLOADS, check_workload, load_workload
-from sarp.bench.cli import arg_type, comma_list, positive_count
+from sarp.bench.catalog import WORKLOADS, load_workload
+from sarp.bench.cli import arg_type, checked_workload, comma_list, positive_count
 from sarp.bench.designs import Setup, sarp_variant
 from sarp.bench.replay import Prepared, prepare, replay, store_budget
 
@@ -53,7 +53,7 @@ def compare(name: str, backend: str, repeat: int) -> dict[str, dict[str, float]]
 
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("workloads", nargs="+", type=arg_type(check_workload),
+    ap.add_argument("workloads", nargs="+", type=arg_type(checked_workload),
                     help=f"from {', '.join(WORKLOADS)}, mooncake:PATH")
     ap.add_argument("--backends", default=["memory"], type=comma_list(check_backend),
                     help="comma-separated record-store kinds (default memory)")

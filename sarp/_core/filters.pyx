@@ -114,8 +114,7 @@ def best_fields(const uint64_t[::1] filters not None, uint64_t fq, int n_fields=
     L* = k* * stride blocks.
     """
     check_layout(n_fields, bits)
-    cdef int k = 0
-    k = best(data(filters), filters.shape[0], fq, n_fields, bits)
+    cdef int k = best(data(filters), filters.shape[0], fq, n_fields, bits)
     return k
 
 

@@ -122,7 +122,7 @@ def _persistent_backend(kind: str) -> str:
     return kind
 
 
-def _workload(name: str) -> str:
+def checked_workload(name: str) -> str:
     """A workload name; a Mooncake trace is read whole, so a malformed one fails here."""
     check_workload(name)
     if name.startswith(MOONCAKE):
@@ -140,7 +140,7 @@ def each_workload(description: str, argv: Sequence[str] | None,
     """The command line of a bench/ script that measures each workload it names: (name, what
     ``measure(name, a temporary directory)`` returned), in order."""
     ap = argparse.ArgumentParser(description=description)
-    ap.add_argument("workloads", nargs="+", type=arg_type(check_workload),
+    ap.add_argument("workloads", nargs="+", type=arg_type(checked_workload),
                     help=f"from {', '.join(WORKLOADS)}, mooncake:PATH")
     for name in ap.parse_args(argv).workloads:
         with tempfile.TemporaryDirectory() as tmp:
@@ -166,7 +166,7 @@ def parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="workloads x designs x backends",
                        description="Replay workloads through every design on every backend "
                                    "and write results.json, report.md and plots.")
-    r.add_argument("--workloads", type=comma_list(_workload),
+    r.add_argument("--workloads", type=comma_list(checked_workload),
                    help=f"comma-separated, from {', '.join(WORKLOADS)}, mooncake:PATH")
     r.add_argument("--designs", type=comma_list(_design), help=f"from {', '.join(DESIGNS)}")
     r.add_argument("--backends", type=comma_list(check_backend), help=f"from {', '.join(KINDS)}")
@@ -198,7 +198,7 @@ def parser() -> argparse.ArgumentParser:
     rec.add_argument("--blocks", type=comma_list(positive_count),
                      default=[1_000_000, 10_000_000],
                      help="comma-separated index sizes in blocks (default 1000000,10000000)")
-    rec.add_argument("--workload", type=arg_type(_workload), default="trace/magagent",
+    rec.add_argument("--workload", type=arg_type(checked_workload), default="trace/magagent",
                      help=f"the workload grown to each size, from {', '.join(WORKLOADS)}, "
                           "mooncake:PATH (default trace/magagent)")
     rec.add_argument("--designs", type=comma_list(_recovery_design), default=list(RECOVERY_DESIGNS),
@@ -212,7 +212,7 @@ def parser() -> argparse.ArgumentParser:
     sw = sub.add_parser("sweep", help="SARP's hit-rate loss against MaxRetrieval",
                         description="SARP's token hit-rate loss against exact matching, for "
                                     "each MaxRetrieval value.")
-    sw.add_argument("--workloads", type=comma_list(_workload), default=QUICK_WORKLOADS,
+    sw.add_argument("--workloads", type=comma_list(checked_workload), default=QUICK_WORKLOADS,
                     help=f"comma-separated, from {', '.join(WORKLOADS)}, mooncake:PATH "
                          f"(default {','.join(QUICK_WORKLOADS)})")
     sw.add_argument("--budgets", type=comma_list(count), default=list(DEFAULT_BUDGETS),
