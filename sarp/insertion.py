@@ -11,7 +11,9 @@ wrong match). Metadata already stored for the prefix an insert verified is kept:
 writer wins there. Past it, the insert writes the caller's records; so where MaxRetrieval
 left a longer stored match unread, a block can hold two records, the first writer's and this
 caller's, and a match returns the record of the copy it reaches. Both name blocks their
-writers stored. With max_retrieval=0 every insert finds the longest stored match.
+writers stored. The same holds where a bounded re-match (``_from_tail``) leaves unread a
+segment that shares more but could not hold the window whole. With max_retrieval=0 every
+insert finds the longest stored match.
 """
 
 from __future__ import annotations
@@ -108,7 +110,9 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
                 else:
                     if m is None:
                         m = matcher(cfg, directory, segments, q, max_retrieval)
-                    found = m.match(ws, known_here)
+                    # a re-match under a bound reads only what could spare the write
+                    found = m.match(ws, known_here, whole=known_here is not None
+                                    and max_retrieval > 0)
                 found_end, stored = found
             if diverged or stored is None or found_end == ws:
                 pending.append(segments.encode_new(ws, q[ws:we], meta[ws:we]))
@@ -154,7 +158,9 @@ def _from_tail(tail: Tail, q: np.ndarray, we: int) -> tuple[tuple[int, Segment],
     blocks diverged from its query (no segment shares more), or when it shares all of ``q`` it
     can: to the window's end or its own. Otherwise a tied segment might share more of ``q``,
     so the window is matched again with this as the match to beat: only candidates that could
-    share more are read.
+    share more are read. Under a MaxRetrieval bound, only those that could hold ``q`` to the
+    window's end: the others would leave the window to be written as a copy all the same,
+    changing only whose records its shared blocks carry, for a read.
     """
     seg = tail.result
     stop = min(we, tail.window + seg.block_count)

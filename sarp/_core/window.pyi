@@ -36,8 +36,11 @@ class WindowMatcher:
         max_retrieval: int = 3,
         unbounded_at: Callable[[int], bool] | None = None,
     ) -> None: ...
-    def match(self, ws: int, known: tuple[int, Any] | None = None) -> tuple[int, Any]:
+    def match(
+        self, ws: int, known: tuple[int, Any] | None = None, whole: bool = False
+    ) -> tuple[int, Any]:
         """(end, segment): the longest verified match in the window starting at ``ws``;
-        ``known``, a verified (end, segment) of this window, is the match to beat."""
+        ``known``, a verified (end, segment) of this window, is the match to beat; ``whole``
+        reads only candidates that may hold the query to the window's end."""
     def stats(self) -> dict[str, int]:
         """The counters by name."""

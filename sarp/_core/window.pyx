@@ -66,6 +66,7 @@ cdef struct Window:
     Py_ssize_t ws, we, p  # the window and its routing point
     Py_ssize_t best_end  # exclusive end of the longest verified match so far
     Py_ssize_t retrieved, total  # segments read; the most that may be read
+    Py_ssize_t reach  # candidates whose potential end falls short of it are not read
 
 
 cdef bint _within(cnp.ndarray offsets, Py_ssize_t limit):
@@ -144,15 +145,18 @@ cdef class WindowMatcher:
         """The next list index to read, or -1: MaxRetrieval reached, nothing left, or no
         candidate left can beat the verified match."""
         cdef int k
-        cdef Py_ssize_t i
+        cdef Py_ssize_t i, pot
         if w.retrieved >= w.total or w.best_end >= w.we:
             return -1
         i = selection_next(sel, &k)
-        if i < 0 or w.best_end >= self.potential_end(w, k):
+        if i < 0:
+            return -1
+        pot = self.potential_end(w, k)
+        if w.best_end >= pot or pot < w.reach:
             return -1
         return i
 
-    def match(self, Py_ssize_t ws, known=None):
+    def match(self, Py_ssize_t ws, known=None, bint whole=False):
         """(end, segment): the longest verified match in the window starting at block ``ws``;
         ``end`` is its exclusive end (``ws`` when nothing matched), ``segment`` the decoded
         segment that verified it (None when nothing matched).
@@ -160,7 +164,11 @@ cdef class WindowMatcher:
         ``known``: an (end, segment) already verified against this query in this window, and
         current (an insert's re-match of the window its match stopped in). It is the match to
         beat: it takes one of the window's MaxRetrieval retrievals, it is not read again, and
-        only candidates whose potential exceeds its end are read."""
+        only candidates whose potential exceeds its end are read.
+
+        ``whole``: read only candidates that may hold the query to the window's end (their
+        filter matches in every field): an insert that writes the window unless it is stored
+        whole needs no other (``sarp.insertion``)."""
         if ws < 0 or ws > self.n:
             raise ValueError(f"ws must be in [0, {self.n}], got {ws}")
         cdef Window w
@@ -168,6 +176,7 @@ cdef class WindowMatcher:
         w.we = min(ws + self.window_blocks, self.n)
         w.best_end = ws
         w.retrieved = 0
+        w.reach = w.we if whole else ws
         best = None
         cdef uint64_t known_id = 0
         cdef bint has_known = known is not None

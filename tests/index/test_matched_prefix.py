@@ -106,6 +106,40 @@ def test_a_tail_at_the_end_of_the_query_is_verified_further_or_matched_again(tmp
         assert index.match(block_ids=first).num_blocks == 200
 
 
+@pytest.mark.parametrize("max_retrieval", [3, 0])
+def test_a_bounded_re_match_reads_only_segments_that_could_spare_the_write(
+        tmp_path: Path, max_retrieval: int):
+    """Window 128 holds T (the first insert, to 191) and U (a copy forking at 185, newer). A
+    match of blocks 0-179 stops on U; the next insert goes on with T's blocks to 188, then
+    forks. T shares more than U but cannot hold the window whole, so the window is written
+    as a copy either way. Under a MaxRetrieval bound the re-match does not read T and the copy
+    carries the caller's records past U's 185; unbounded, it reads T and keeps T's."""
+    with sarp.open(tmp_path / "i", backend="memory", background=False, pruning=False,
+                   max_retrieval=max_retrieval) as index:
+        first = _ids(200)
+        index.insert(block_ids=first, metadata=_meta(200, 1))
+        second = np.concatenate((first[:185], _ids(20, start=30_000)))
+        index.insert(block_ids=second, metadata=_meta(205, 2))
+        assert index.match(block_ids=first[:180]).num_blocks == 180
+        third = np.concatenate((first[:188], _ids(20, start=40_000)))
+        before = _store_reads(index)
+        st = index.insert(block_ids=third, metadata=_meta(208, 3))
+        assert st["windows"] == 1 and st["segments_written"] == 2
+        assert st["segments_retrieved"] == (max_retrieval == 0)
+        assert _store_reads(index) - before == (max_retrieval == 0)
+        m = index.match(block_ids=third)
+        assert m.num_blocks == 208
+        assert m.metadata["address"][185:188].tolist() == [1 if max_retrieval == 0 else 3] * 3
+        assert m.metadata["address"][:185].tolist() == [1] * 185
+        assert index.match(block_ids=first).num_blocks == 200
+
+
+def _meta(n: int, address: int) -> np.ndarray:
+    m = np.zeros(n, sarp.DEFAULT_METADATA_DTYPE)
+    m["address"] = address
+    return m
+
+
 def test_after_an_extension_the_later_windows_are_new_without_matching(tmp_path: Path):
     with sarp.open(tmp_path / "i", backend="memory", background=False) as index:
         first = _ids(40)

@@ -136,13 +136,14 @@ WINDOW_COUNTERS = ("windows", "routing_probes", "candidates_before", "candidates
 
 def match_window(probe, refs, read, q: list[int], ws: int, window_blocks: int,
                  offsets: list[int], n_fields: int = 8, bits: int = 8, stride: int = 2,
-                 filtering: bool = True, max_retrieval: int = 3, known=None):
+                 filtering: bool = True, max_retrieval: int = 3, known=None, whole=False):
     """(end, segment, counters) of one window, docs/design.md section 3 step by step: route at the
     first offset (deepest first) whose key hits; rank the whole list by matched fields, then
     newest segment; read and verify in that order until the verified match reaches the next
     candidate's potential or the window end, at most max_retrieval reads (0: all).
     ``known`` (end, segment), verified already, starts as the best match and takes one of the
-    max_retrieval retrievals; its segment is never read."""
+    max_retrieval retrievals; its segment is never read. ``whole``: the candidates whose
+    potential falls short of the window's end are not read."""
     st = dict.fromkeys(WINDOW_COUNTERS, 0)
     st["windows"] = 1
     we = min(ws + window_blocks, len(q))
@@ -177,7 +178,7 @@ def match_window(probe, refs, read, q: list[int], ws: int, window_blocks: int,
     for i in ranked[:reads]:
         k = fields[i]
         potential = we if k >= n_fields else min(we, p + (k + 1) * stride - 1)
-        if best_end >= potential:
+        if best_end >= potential or (whole and potential < we):
             break
         seg = read(segs[i])
         st["segments_retrieved"] += 1

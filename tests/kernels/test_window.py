@@ -80,9 +80,10 @@ def _known(q, ws, window, stored):
 
 
 @settings(max_examples=300)
-@given(scenes(), st.integers(0, 4), st.booleans(), st.booleans())
-def test_window_matcher_matches_reference(scene, max_retrieval, filtering, with_known):
-    """Also with a known match to beat (an insert's re-match): its segment is never read."""
+@given(scenes(), st.integers(0, 4), st.booleans(), st.booleans(), st.booleans())
+def test_window_matcher_matches_reference(scene, max_retrieval, filtering, with_known, whole):
+    """Also with a known match to beat (an insert's re-match): its segment is never read;
+    and reading only candidates that may hold the window whole."""
     q, window, offsets = scene["q"], scene["window"], scene["offsets"]
     table, stored = scene["table"], scene["stored"]
     n_fields, bits, stride = scene["layout"]
@@ -98,10 +99,10 @@ def test_window_matcher_matches_reference(scene, max_retrieval, filtering, with_
     for ws in range(0, len(q) + 1, window):
         known = _known(q, ws, window, stored) if with_known else None
         reads.clear()
-        end, seg = m.match(ws, known)
+        end, seg = m.match(ws, known, whole)
         want_end, want_seg, want_st = ref.match_window(
             table.probe, table.refs, stored.get, q, ws, window, offsets, n_fields, bits, stride,
-            filtering, max_retrieval, known)
+            filtering, max_retrieval, known, whole)
         assert (end, seg) == (want_end, want_seg)
         if known is not None:
             assert end >= known[0] and known[1].segment_id not in reads
@@ -140,6 +141,29 @@ def test_a_known_match_spares_the_candidates_that_cannot_beat_it():
                       np.array(q, np.uint64), 8, [0], n_fields=4, bits=16, stride=1)
     assert m.match(0, (3, segments[3])) == (3, segments[3]) and reads == []
     assert m.match(0) == (3, segments[8]) and reads == [8]
+
+
+def test_whole_reads_only_candidates_that_may_hold_the_window():
+    """Given 3's verified match of q's first 3 blocks: segment 8 shares 6 blocks and then
+    diverges, 5 holds all 8. Only 5 may hold the window whole: ``whole`` reads just 5, and
+    without 5 reads nothing; without ``whole``, 8 is read as well when 5 is absent."""
+    q = list(range(10, 18))
+    segments = {3: Seg(3, 0, np.array(q[:3] + [99] * 5, np.uint64)),
+                8: Seg(8, 0, np.array(q[:6] + [99] * 2, np.uint64)),
+                5: Seg(5, 0, np.array(q, np.uint64))}
+
+    def matcher(sids, reads):
+        lists = {10: [(sid, ref.region_filter(segments[sid].block_ids.tolist(), 0, 8, 4, 16, 2))
+                      for sid in sids]}  # 4 fields of 2 blocks: the filter sees the window
+        return WindowMatcher(Table(lists), lambda sid: reads.append(sid) or segments[sid],
+                             np.array(q, np.uint64), 8, [0], n_fields=4, bits=16, stride=2)
+    known = (3, segments[3])
+    reads = []
+    assert matcher([3, 8, 5], reads).match(0, known, whole=True) == (8, segments[5])
+    assert reads == [5]
+    reads.clear()
+    assert matcher([3, 8], reads).match(0, known, whole=True) == known and reads == []
+    assert matcher([3, 8], reads).match(0, known) == (6, segments[8]) and reads == [8]
 
 
 def test_missing_and_misplaced_segments_count_as_retrieved_and_missing_ones_as_missing():
