@@ -166,9 +166,9 @@ cdef class WindowMatcher:
         beat: it takes one of the window's MaxRetrieval retrievals, it is not read again, and
         only candidates whose potential exceeds its end are read.
 
-        ``whole``: read only candidates that may hold the query to the window's end (their
-        filter matches in every field): an insert that writes the window unless it is stored
-        whole needs no other (``sarp.insertion``)."""
+        ``whole``: read only candidates that may hold the query to the window's end (whose
+        potential end reaches it): an insert that writes the window unless it is stored whole
+        needs no other (``sarp.insertion``)."""
         if ws < 0 or ws > self.n:
             raise ValueError(f"ws must be in [0, {self.n}], got {ws}")
         cdef Window w
