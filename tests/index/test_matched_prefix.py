@@ -12,6 +12,8 @@ import sarp
 from sarp.baselines import open_baseline
 from sarp.matched_prefix import MatchedPrefix
 
+from .helpers import metadata_for
+
 
 def _ids(n: int, start: int = 1) -> np.ndarray:
     return np.arange(start, start + n, dtype=np.uint64)
@@ -117,27 +119,21 @@ def test_a_bounded_re_match_reads_only_segments_that_could_spare_the_write(
     with sarp.open(tmp_path / "i", backend="memory", background=False, pruning=False,
                    max_retrieval=max_retrieval) as index:
         first = _ids(200)
-        index.insert(block_ids=first, metadata=_meta(200, 1))
+        index.insert(block_ids=first, metadata=metadata_for(first, 1))
         second = np.concatenate((first[:185], _ids(20, start=30_000)))
-        index.insert(block_ids=second, metadata=_meta(205, 2))
+        index.insert(block_ids=second, metadata=metadata_for(second, 2))
         assert index.match(block_ids=first[:180]).num_blocks == 180
         third = np.concatenate((first[:188], _ids(20, start=40_000)))
         before = _store_reads(index)
-        st = index.insert(block_ids=third, metadata=_meta(208, 3))
+        st = index.insert(block_ids=third, metadata=metadata_for(third, 3))
         assert st["windows"] == 1 and st["segments_written"] == 2
         assert st["segments_retrieved"] == (max_retrieval == 0)
         assert _store_reads(index) - before == (max_retrieval == 0)
         m = index.match(block_ids=third)
         assert m.num_blocks == 208
-        assert m.metadata["address"][185:188].tolist() == [1 if max_retrieval == 0 else 3] * 3
-        assert m.metadata["address"][:185].tolist() == [1] * 185
+        assert m.metadata["node"][185:188].tolist() == [1 if max_retrieval == 0 else 3] * 3
+        assert m.metadata["node"][:185].tolist() == [1] * 185
         assert index.match(block_ids=first).num_blocks == 200
-
-
-def _meta(n: int, address: int) -> np.ndarray:
-    m = np.zeros(n, sarp.DEFAULT_METADATA_DTYPE)
-    m["address"] = address
-    return m
 
 
 def test_after_an_extension_the_later_windows_are_new_without_matching(tmp_path: Path):
