@@ -42,7 +42,7 @@ from sarp.matched_prefix import MatchedPrefix
 from sarp.matching import COUNTERS, MatchResult
 from sarp.matching import match as match_path
 from sarp.routing import Build, Events, RoutingDirectory
-from sarp.segments import SegmentStore
+from sarp.segments import HeldSegments, SegmentStore
 from storage_backends.calls import Calls
 from storage_backends.io import FileIO
 
@@ -110,8 +110,10 @@ class Index:
         q = self._query_ids(tokens, block_ids, namespace)
         mr = self._max_retrieval(max_retrieval)
         stamp = self._matched.stamp()
-        result, tail = match_path(self.config, self.directory, self.segments, q, mr)
-        self._matched.remember(q, result.num_blocks, stamp, tail)
+        held = HeldSegments(self.segments)
+        result, tail = match_path(self.config, self.directory, self.segments, q, mr,
+                                  held.record)
+        self._matched.remember(q, result.num_blocks, stamp, tail, held)
         with self._counter_lock:
             c = self.counters
             c["matches"] += 1
@@ -146,16 +148,17 @@ class Index:
                     place(seg.segment_id, seg.block_ids, events=events)
 
         known, tail = self._matched.recall(q)
+        held = self._matched.take_held() or HeldSegments(self.segments)
         st = insert_path(self.config, self.directory, self.segments, q, meta,
                          self.config.max_retrieval, on_write, self._window_lock,
-                         known=known, tail=tail)
+                         known=known, tail=tail, held=held)
         if self.store.durability == "sync":
             # Also when this insert wrote nothing: the segments it matched may belong to an
             # insert that has not returned yet, whose record this sync writes.
             with self._journal_lock:
                 self._journal.sync()
         if events.refine or events.remat:
-            self._schedule(events)
+            self._schedule(events, held)
             if self._worker.enabled:
                 time.sleep(0)  # let the worker take the GIL and start now, as on a spare core
         with self._counter_lock:
@@ -259,11 +262,16 @@ class Index:
         self.close()
 
     # -- background work -----------------------------------------------------------------
-    def _schedule(self, events: Events) -> None:
+    def _schedule(self, events: Events, held: HeldSegments | None = None) -> None:
+        """Submit the jobs of ``events``. Jobs run inline also take ``held``, the segments of
+        the insert that triggered them (queued ones do not: they would keep them alive)."""
+        if self._worker.enabled:
+            held = None
+        then = functools.partial(self._schedule, held=held)
         for root in events.refine:
-            self._worker.submit(lambda r=root: self._backfill(r, self._schedule))
+            self._worker.submit(lambda r=root: self._backfill(r, then, held))
         for root in events.remat:
-            self._worker.submit(lambda r=root: self._rematerialize(r, self._schedule))
+            self._worker.submit(lambda r=root: self._rematerialize(r, then, held))
 
     def run_inline(self, events: Events) -> None:
         """Run the jobs of ``events`` (and those they trigger) now, on this thread."""
@@ -272,7 +280,8 @@ class Index:
         for root in events.remat:
             self._rematerialize(root, self.run_inline)
 
-    def _backfill(self, root: int, then: Callable[[Events], None]) -> None:
+    def _backfill(self, root: int, then: Callable[[Events], None],
+                  held: HeldSegments | None = None) -> None:
         """Refinement: register every member of ``root`` at the point below it, then publish.
 
         The members are read under the directory lock, as in a rematerialization: a member
@@ -284,29 +293,31 @@ class Index:
         build = d.backfills[root]
         events = Events()
         with self._dir_lock:
-            for seg in self._members(root):
+            for seg in self._members(root, held):
                 d.backfill_member(build, seg.segment_id, seg.block_ids, events)
             d.publish(build)
         self._count(backfills=1)
         then(events)
 
-    def _rematerialize(self, root: int, then: Callable[[Events], None]) -> None:
+    def _rematerialize(self, root: int, then: Callable[[Events], None],
+                       held: HeldSegments | None = None) -> None:
         """Pruning undone: re-place every member of ``root`` privately, then publish at once."""
         d = self.directory
         build = Build("remat", root)
         events = Events()
         with self._dir_lock:
-            for seg in self._members(root):
+            for seg in self._members(root, held):
                 d.place(seg.segment_id, seg.block_ids, build, events)
             d.publish(build)
         self._count(rematerializations=1)
         then(events)
 
-    def _members(self, root: int) -> list[Any]:
-        """The segments of entry ``root``'s posting list, read in one batch; a segment the
-        routing directory names but the store lacks is corruption, never skipped."""
+    def _members(self, root: int, held: HeldSegments | None = None) -> list[Any]:
+        """The segments of entry ``root``'s posting list, read in one batch but for those
+        ``held`` holds; a segment the routing directory names but the store lacks is
+        corruption, never skipped. Called under the directory lock."""
         ids = self.directory.table.refs(root)[0].tolist()
-        segs = self.segments.read_many(ids)
+        segs = (held or self.segments).read_many(ids)
         missing = [sid for sid, seg in zip(ids, segs, strict=True) if seg is None]
         if missing:
             raise CorruptionError(f"segments {missing} of routing entry {root} are missing "

@@ -29,7 +29,7 @@ from sarp.config import Config
 from sarp.matched_prefix import Tail
 from sarp.matching import COUNTERS, matcher
 from sarp.routing import RoutingDirectory
-from sarp.segments import SegmentStore, join_rows
+from sarp.segments import HeldSegments, SegmentStore, join_rows
 
 #: called with the written segments (decoded), in order, once they are stored, and the number
 #: of blocks they add to the index: registers them
@@ -41,7 +41,7 @@ WindowLock = Callable[[int], threading.Lock]
 def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: np.ndarray,
            meta: np.ndarray, max_retrieval: int, on_write: OnWrite,
            window_lock: WindowLock | None = None, known: int = 0,
-           tail: Tail | None = None) -> dict[str, int]:
+           tail: Tail | None = None, held: HeldSegments | None = None) -> dict[str, int]:
     """Insert block IDs ``q`` with metadata rows ``meta`` (uint8, shape (n, width)).
 
     ``known``: blocks at the start of ``q`` already verified as stored (the prefix this
@@ -50,6 +50,8 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
     one's lock is passed through (see the loop).
     ``tail``: where that match stopped inside the next window; its segment is taken for that
     window without a read, as the answer or as the match to beat (``_from_tail``).
+    ``held``: segments this request already holds (``sarp.segments.HeldSegments``): the
+    insert reads through it, and adds what it reads and writes, for the jobs it triggers.
 
     Written segments are stored in one batch and then passed to ``on_write`` in window order:
     before the next window is matched (so a match sees every earlier window registered), and
@@ -67,20 +69,25 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
     n = len(q)
     pending: list = []  # (segment, record) encoded but not yet stored
     pending_new = 0  # blocks the pending segments add to the index
-    held: list[threading.Lock] = []  # the window lock held now, if any
+    pending_extended = 0  # pending segments that are extended records
+    locked: list[threading.Lock] = []  # the window lock held now, if any
 
     def store_pending() -> None:
-        nonlocal pending_new
+        nonlocal pending_new, pending_extended
+        written = [seg for seg, _ in pending]
         with segments.writes.writing():  # until registered: matches started now see no tail
-            segments.put_all([(seg.segment_id, raw) for seg, raw in pending])
-            on_write([seg for seg, _ in pending], pending_new)
+            segments.put_all([(seg.segment_id, raw) for seg, raw in pending],
+                             extensions=pending_extended)
+            if held is not None:
+                held.add(written)
+            on_write(written, pending_new)
         st["new_blocks"] += pending_new
         pending.clear()
-        pending_new = 0
+        pending_new = pending_extended = 0
 
     def release() -> None:
-        if held:
-            held.pop().release()
+        if locked:
+            locked.pop().release()
 
     diverged = False
     found_end, stored = 0, None
@@ -100,8 +107,8 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
                     store_pending()
                 release()  # the previous window is stored and registered
                 if window_lock is not None:
-                    held.append(window_lock(int(q[ws])))
-                    held[0].acquire()
+                    locked.append(window_lock(int(q[ws])))
+                    locked[0].acquire()
                 known_here = None
                 if tail is not None and tail.window == ws and tail.current():
                     known_here, decided = _from_tail(tail, q, we)
@@ -109,7 +116,8 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
                     found = known_here
                 else:
                     if m is None:
-                        m = matcher(cfg, directory, segments, q, max_retrieval)
+                        m = matcher(cfg, directory, segments, q, max_retrieval,
+                                    held.read if held is not None else None)
                     # a re-match under a bound reads only what could spare the write
                     found = m.match(ws, known_here, whole=known_here is not None
                                     and max_retrieval > 0)
@@ -124,6 +132,7 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
                     pending.append(segments.encode_extended(stored, q[stored_end:we],
                                                             meta[stored_end:we]))
                     st["segments_extended"] += 1
+                    pending_extended += 1
                     st["blocks_written"] += we - stored_end
                     pending_new += we - stored_end
                     diverged = True  # nothing stored goes past the segment's end: the rest

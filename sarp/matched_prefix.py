@@ -10,6 +10,10 @@ stored. What it found there (the design's ``Tail``) is still the answer for that
 the insert's sequence starts with the whole matched query and no write has begun since the
 match started (``WriteClock``): then the insert takes it instead of reading the window again.
 
+The match may also leave the segments it read in the window where it stopped (a design's
+``held``, for SARP ``sarp.segments.HeldSegments``): the next insert takes them, so that it and
+the jobs it triggers need not read them again.
+
 The memory is per thread and per index, and only ever holds what that index itself verified.
 """
 
@@ -80,6 +84,7 @@ class _Last:
     query: np.ndarray  # a copy of the matched query
     verified: int  # blocks of it the match verified
     tail: Tail | None
+    held: Any  # what the match read, for the next insert (``take_held``)
 
 
 class MatchedPrefix:
@@ -94,14 +99,24 @@ class MatchedPrefix:
         return self.clock.stamp()
 
     def remember(self, q: np.ndarray, verified: int, stamp: int | None = None,
-                 tail: tuple[int, int, Any] | None = None) -> None:
+                 tail: tuple[int, int, Any] | None = None, held: Any = None) -> None:
         """Record a match of ``q`` that verified its first ``verified`` blocks and, if ``tail``
         (window, end, result) is given, stopped at ``end`` inside that window. ``stamp``: taken
-        before the match began; None (a write was in flight) keeps no tail."""
+        before the match began; None (a write was in flight) keeps no tail. ``held``: what
+        the match read, for the next insert."""
         t = None
         if tail is not None and stamp is not None:
             t = Tail(*tail, tail[1] < len(q), stamp, self.clock)
-        self._local.last = _Last(q.copy(), verified, t)
+        self._local.last = _Last(q.copy(), verified, t, held)
+
+    def take_held(self) -> Any:
+        """What this thread's last match read (``remember``'s ``held``), once: the first
+        insert after the match takes it, so that a run of inserts does not accumulate it."""
+        last = getattr(self._local, "last", None)
+        if last is None:
+            return None
+        held, last.held = last.held, None
+        return held
 
     def recall(self, q: np.ndarray) -> tuple[int, Tail | None]:
         """(leading blocks of ``q`` this thread's last match verified, its tail if ``q`` starts

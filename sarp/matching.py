@@ -10,11 +10,13 @@ returned that verification did not confirm.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from sarp._core.segment_codec import Segment
 from sarp._core.window import COUNTERS, WindowMatcher
 from sarp.config import Config
 from sarp.routing import RoutingDirectory
@@ -34,10 +36,15 @@ class MatchResult:
     stats: dict[str, int] = field(default_factory=dict)
 
 
+#: reads a segment by id (``SegmentStore.read``, or ``HeldSegments.read`` to keep what it reads)
+Reader = Callable[[int], Segment | None]
+
+
 def matcher(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: np.ndarray,
-            max_retrieval: int) -> WindowMatcher:
-    """The per-window matcher of query ``q`` (block IDs); ``max_retrieval`` 0 is unbounded."""
-    return WindowMatcher(directory.table, segments.read, q, cfg.segment_blocks,
+            max_retrieval: int, read: Reader | None = None) -> WindowMatcher:
+    """The per-window matcher of query ``q`` (block IDs); ``max_retrieval`` 0 is unbounded.
+    ``read``: how it reads a segment (by default from the store)."""
+    return WindowMatcher(directory.table, read or segments.read, q, cfg.segment_blocks,
                          directory.probe_offsets, n_fields=cfg.filter_fields,
                          bits=cfg.field_bits, stride=cfg.stride, filtering=cfg.filtering,
                          max_retrieval=max_retrieval,
@@ -45,14 +52,16 @@ def matcher(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q:
 
 
 def match(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: np.ndarray,
-          max_retrieval: int) -> tuple[MatchResult, tuple[int, int, Any] | None]:
+          max_retrieval: int, read: Reader | None = None
+          ) -> tuple[MatchResult, tuple[int, int, Any] | None]:
     """Match ``q`` window by window while each window matches to its end.
 
     Returns the result and, when the match stopped inside a window on a stored segment (where
     it diverges from ``q``, or at the end of ``q``), that window's (start, verified end,
-    segment): the tail an insert may reuse (``sarp.matched_prefix``).
+    segment): the tail an insert may reuse (``sarp.matched_prefix``). ``read``: as for
+    ``matcher``.
     """
-    m = matcher(cfg, directory, segments, q, max_retrieval)
+    m = matcher(cfg, directory, segments, q, max_retrieval, read)
     n = len(q)
     pos = 0
     parts = []

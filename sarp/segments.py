@@ -40,6 +40,8 @@ class SegmentStore:
         self._alloc_lock = threading.Lock()
         #: segment writes, begun and registered (see ``sarp.matched_prefix``)
         self.writes = WriteClock()
+        #: extensions stored so far: the only writes that change a stored record
+        self.extensions = 0
 
     @property
     def next_id(self) -> int:
@@ -79,9 +81,13 @@ class SegmentStore:
         raw = append_blocks(seg.record, block_ids, metadata)
         return decode_segment(raw), raw
 
-    def put_all(self, records: list[tuple[int, bytes]]) -> None:
-        """Store (segment id, record) pairs in one batch."""
+    def put_all(self, records: list[tuple[int, bytes]], extensions: int = 0) -> None:
+        """Store (segment id, record) pairs in one batch, ``extensions`` of them extended
+        records; counted once stored, before they are registered (see ``HeldSegments``)."""
         self.store.put_many(records)
+        if extensions:
+            with self._alloc_lock:
+                self.extensions += extensions
 
     def _encode(self, sid: int, start: int, block_ids: np.ndarray,
                 metadata: np.ndarray) -> tuple[Segment, bytes]:
@@ -92,3 +98,57 @@ class SegmentStore:
         """Every stored segment in id order (the slow rebuild path)."""
         for _, raw in self.store.scan():
             yield decode_segment(raw)
+
+
+class HeldSegments:
+    """The segments one request has read or written, so that its insert and the jobs that
+    insert triggers (rematerialization, back-fill) need not read them again.
+
+    A stored record changes only when an extension rewrites it (segment ids are never reused),
+    and the segment store counts extensions once stored. A copy taken after this holder was
+    made is therefore current while that count has not moved. Lookups are made where the
+    writers that could move it are held off or registered after: the insert under the window's
+    lock, the jobs under the directory lock (an extension counted after a job's check is
+    registered after the job, replacing what the job placed). Once the count moves, every
+    lookup misses and reads the store.
+    """
+
+    __slots__ = ("_segments", "_since", "_held")
+
+    def __init__(self, segments: SegmentStore):
+        self._segments = segments
+        self._since = segments.extensions  # taken before anything is read into the holder
+        self._held: dict[int, Segment] = {}
+
+    def current(self) -> bool:
+        """Whether no extension has been stored since this holder was made."""
+        return self._segments.extensions == self._since
+
+    def add(self, segs: Iterable[Segment]) -> None:
+        """Hold segments read or written (stored) since this holder was made."""
+        for seg in segs:
+            self._held[seg.segment_id] = seg
+
+    def record(self, segment_id: int) -> Segment | None:
+        """``SegmentStore.read``, holding what it reads (for a reader that holds nothing yet)."""
+        seg = self._segments.read(segment_id)
+        if seg is not None:
+            self._held[segment_id] = seg
+        return seg
+
+    def read(self, segment_id: int) -> Segment | None:
+        """``SegmentStore.read``, from the holder when it holds a current copy."""
+        seg = self._held.get(segment_id) if self.current() else None
+        if seg is None:
+            seg = self._segments.read(segment_id)
+            if seg is not None:
+                self._held[segment_id] = seg
+        return seg
+
+    def read_many(self, segment_ids: list[int]) -> list[Segment | None]:
+        """``SegmentStore.read_many``; only the segments not held are read, in one batch."""
+        fresh = self.current()
+        missing = [sid for sid in segment_ids if not (fresh and sid in self._held)]
+        read = dict(zip(missing, self._segments.read_many(missing), strict=True)) if missing else {}
+        self.add(seg for seg in read.values() if seg is not None)
+        return [read[sid] if sid in read else self._held[sid] for sid in segment_ids]

@@ -40,6 +40,20 @@ def test_recall_is_the_remembered_prefix_of_the_same_thread_only():
     assert seen == [(0, None)]
 
 
+def test_what_a_match_held_goes_to_the_next_insert_of_its_thread_only():
+    mp = MatchedPrefix()
+    assert mp.take_held() is None
+    mp.remember(_ids(10), 10, mp.stamp(), None, held="held")
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(mp.take_held()))
+    t.start()
+    t.join()
+    assert seen == [None]
+    assert mp.take_held() == "held"
+    assert mp.take_held() is None  # taken once: a run of inserts does not share it
+    assert mp.recall(_ids(10)) == (10, None)  # the verified prefix stays
+
+
 def test_tail_needs_the_whole_matched_query_and_no_write_since_the_stamp():
     mp = MatchedPrefix()
     q = _ids(100)

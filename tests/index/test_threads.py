@@ -186,8 +186,8 @@ def test_an_insert_skipping_known_windows_waits_for_the_extension_it_read(tmp_pa
     stored, w_at_lock = threading.Event(), threading.Event()
     put_all, window_lock = index.segments.put_all, index._window_lock
 
-    def pausing_put_all(records):
-        put_all(records)
+    def pausing_put_all(records, **kw):
+        put_all(records, **kw)
         if threading.current_thread().name == "Z":
             stored.set()
             assert w_at_lock.wait(30)  # W asked for window 1's lock, or W is done
