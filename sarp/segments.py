@@ -113,12 +113,13 @@ class HeldSegments:
     lookup misses and reads the store.
     """
 
-    __slots__ = ("_segments", "_since", "_held")
+    __slots__ = ("_segments", "_since", "_held", "_window")
 
     def __init__(self, segments: SegmentStore):
         self._segments = segments
         self._since = segments.extensions  # taken before anything is read into the holder
         self._held: dict[int, Segment] = {}
+        self._window = -1  # the window ``record`` holds segments of
 
     def current(self) -> bool:
         """Whether no extension has been stored since this holder was made."""
@@ -130,9 +131,14 @@ class HeldSegments:
             self._held[seg.segment_id] = seg
 
     def record(self, segment_id: int) -> Segment | None:
-        """``SegmentStore.read``, holding what it reads (for a reader that holds nothing yet)."""
+        """``SegmentStore.read`` for a match, holding what it reads in its latest window only:
+        a match reads window by window, and the insert after it writes from the window the
+        match stopped in, so earlier windows' segments would only take memory."""
         seg = self._segments.read(segment_id)
         if seg is not None:
+            if seg.start != self._window:
+                self._held.clear()
+                self._window = seg.start
             self._held[segment_id] = seg
         return seg
 

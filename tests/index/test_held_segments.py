@@ -48,6 +48,26 @@ def test_a_holder_serves_current_copies_and_reads_the_rest(tmp_path):
     store.close()
 
 
+def test_a_match_holds_the_segments_of_its_latest_window_only(tmp_path):
+    store = MemoryStore(tmp_path / "s")
+    segs = SegmentStore(store, meta_width=8)
+    meta = np.zeros((2, 8), np.uint8)
+    made = [segs.encode_new(start, np.arange(start + 1, start + 3, dtype=np.uint64), meta)
+            for start in (0, 0, 64)]
+    segs.put_all([(seg.segment_id, raw) for seg, raw in made])
+    first, second, later = (seg.segment_id for seg, _ in made)
+    held = HeldSegments(segs)
+    for sid in (first, second):
+        held.record(sid)
+    seen = keys_read(store)
+    held.read_many([first, second])
+    assert seen == []  # both held: the same window
+    held.record(later)
+    held.read_many([first, second, later])
+    assert seen == [later, first, second]  # the earlier window's were dropped
+    store.close()
+
+
 def test_a_rematerialization_reads_only_members_its_request_does_not_hold(tmp_path):
     """Three segments share blocks 0-5 at point 0 (point 4 pruned). A match of a fourth
     sequence reads some of them; its insert writes a fourth segment, and the list at point 0
