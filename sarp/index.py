@@ -137,6 +137,7 @@ class Index:
             return {}
         events = Events()
         place = self.directory.place
+        held = self._matched.take_held() or HeldSegments(self.segments)
 
         def on_write(segs: list[Any], new_blocks: int) -> None:
             with self._dir_lock:
@@ -146,9 +147,10 @@ class Index:
                 self._journal_append([seg.segment_id for seg in segs], new_blocks)
                 for seg in segs:
                     place(seg.segment_id, seg.block_ids, events=events)
+                if events.refine or events.remat:
+                    held.add(segs)  # for the jobs their placement triggered
 
         known, tail = self._matched.recall(q)
-        held = self._matched.take_held() or HeldSegments(self.segments)
         st = insert_path(self.config, self.directory, self.segments, q, meta,
                          self.config.max_retrieval, on_write, self._window_lock,
                          known=known, tail=tail, held=held)

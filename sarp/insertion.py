@@ -50,8 +50,8 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
     one's lock is passed through (see the loop).
     ``tail``: where that match stopped inside the next window; its segment is taken for that
     window without a read, as the answer or as the match to beat (``_from_tail``).
-    ``held``: segments this request already holds (``sarp.segments.HeldSegments``): the
-    insert reads through it, and adds what it reads and writes, for the jobs it triggers.
+    ``held``: segments this request already holds (``sarp.segments.HeldSegments``), which
+    the insert's matches read through.
 
     Written segments are stored in one batch and then passed to ``on_write`` in window order:
     before the next window is matched (so a match sees every earlier window registered), and
@@ -74,13 +74,10 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
 
     def store_pending() -> None:
         nonlocal pending_new, pending_extended
-        written = [seg for seg, _ in pending]
         with segments.writes.writing():  # until registered: matches started now see no tail
             segments.put_all([(seg.segment_id, raw) for seg, raw in pending],
                              extensions=pending_extended)
-            if held is not None:
-                held.add(written)
-            on_write(written, pending_new)
+            on_write([seg for seg, _ in pending], pending_new)
         st["new_blocks"] += pending_new
         pending.clear()
         pending_new = pending_extended = 0
