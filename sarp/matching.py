@@ -36,7 +36,8 @@ class MatchResult:
     stats: dict[str, int] = field(default_factory=dict)
 
 
-#: reads a segment by id (``SegmentStore.read``, or ``HeldSegments.read`` to keep what it reads)
+#: reads a segment by id: ``SegmentStore.read``, or a ``HeldSegments``' read or record, which
+#: also keep what they read
 Reader = Callable[[int], Segment | None]
 
 
