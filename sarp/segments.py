@@ -144,12 +144,7 @@ class HeldSegments:
 
     def read(self, segment_id: int) -> Segment | None:
         """``SegmentStore.read``, from the holder when it holds a current copy."""
-        seg = self._held.get(segment_id) if self.current() else None
-        if seg is None:
-            seg = self._segments.read(segment_id)
-            if seg is not None:
-                self._held[segment_id] = seg
-        return seg
+        return self.read_many([segment_id])[0]
 
     def read_many(self, segment_ids: list[int]) -> list[Segment | None]:
         """``SegmentStore.read_many``; only the segments not held are read, in one batch."""
