@@ -38,6 +38,7 @@ def measure_once(design: Design, setup: Setup, p: Prepared, *, rep: int, workdir
     shutil.rmtree(path, ignore_errors=True)
     index = design.open(path, setup)
     try:
+        before = index.stats()
         with progress.bar(len(p.contexts), f"{p.name} {design.name} {backend}") as tick:
             trace = replay(index, p, time_limit, tick)
         stats = index.stats()
@@ -53,6 +54,7 @@ def measure_once(design: Design, setup: Setup, p: Prepared, *, rep: int, workdir
     metrics.hit_rate(row, trace, p, exact if design.name != "exact" else trace)
     metrics.reads(row, design.name, trace)
     metrics.request_reads(row, stats, trace)
+    metrics.request_io(row, before, stats, trace)
     metrics.state(row, design.name, stats, p)
     _persistence(row, design, setup, path, snap)
     shutil.rmtree(path, ignore_errors=True)

@@ -22,11 +22,15 @@ FIELDS = (
     "match_mean_us", "match_p50_us", "match_p99_us",
     "insert_mean_us", "insert_p50_us", "insert_p99_us",
     "token_hit_rate", "hit_loss_vs_exact", "store_reads_per_match", "store_reads_per_request",
+    "io_reads_per_request", "io_writes_per_request",
     "segment_retrievals_per_window", "candidates_before", "candidates_after",
     "candidates_retrieved", "routing_entries", "routing_bytes", "routing_bytes_per_block",
     "dram_bytes", "snapshot_bytes", "recovery_s", *RECOVERY_FIELDS, "store_bytes",
     "space_vs_ssd_blockhash",
 )
+#: fields added after results files were first written: a file without them still loads, with
+#: each marked n/a (``sarp.bench.results.load_results``)
+LATER_FIELDS = ("io_reads_per_request", "io_writes_per_request")
 #: fields that identify a row (never aggregated across repetitions)
 KEYS = ("workload", "design", "backend")
 SARP_ONLY = "a SARP routing-entry metric"
@@ -113,6 +117,30 @@ def request_reads(row: dict[str, Any], stats: dict[str, Any], trace: Trace) -> N
         return
     row["store_reads_per_request"] = (sum(s["logical_reads"] for s in stores)
                                       / max(trace.completed, 1))
+
+
+def request_io(row: dict[str, Any], before: dict[str, Any], after: dict[str, Any],
+               trace: Trace) -> None:
+    """Read and write calls through the I/O layer (``storage_backends.io``) during the replay,
+    per request: the record stores' (a spill store's included) and the design's own files
+    (SARP's journal). Counted only where every store does its I/O through that layer (flashlog,
+    odirect); a read or write there is one system call on the device's files."""
+    names = ("io_reads_per_request", "io_writes_per_request")
+    stores = [k for k in ("store", "spill_store") if after.get(k)]
+    blind = [after[k]["kind"] for k in stores if "io" not in after[k]]
+    if not stores or blind:
+        reason = ("the design keeps no record store" if not blind
+                  else "the memory backend does no I/O" if blind[0] == "memory"
+                  else f"the {blind[0]} engine does its own I/O, outside the I/O layer")
+        for name in names:
+            mark_na(row, name, reason)
+        return
+    layers = [(before[k]["io"], after[k]["io"]) for k in stores]
+    if "io" in after:
+        layers.append((before["io"], after["io"]))
+    n = max(trace.completed, 1)
+    for name, counter in zip(names, ("reads", "writes"), strict=True):
+        row[name] = sum(a[counter] - b[counter] for b, a in layers) / n
 
 
 def state(row: dict[str, Any], design: str, stats: dict[str, Any], p: Prepared) -> None:

@@ -187,6 +187,7 @@ def render(results: dict[str, Any], out: Path) -> Path:
                   "", "## Hit rate, store reads, candidates per query window (Table 4)", "",
                   row_table(rows, ["token_hit_rate", "hit_loss_vs_exact",
                                    "store_reads_per_match", "store_reads_per_request",
+                                   "io_reads_per_request", "io_writes_per_request",
                                    "segment_retrievals_per_window",
                                    "candidates_before", "candidates_after",
                                    "candidates_retrieved"]),

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from sarp.bench.metrics import FIELDS, KEYS
+from sarp.bench.metrics import FIELDS, KEYS, LATER_FIELDS
 
 RESULTS_FILE = "results.json"
 
@@ -52,6 +52,10 @@ def load_results(out: Path) -> dict[str, Any]:
     for i, row in enumerate(results["rows"]):
         if not (isinstance(row, dict) and all(isinstance(row.get(k), str) for k in KEYS)):
             raise ValueError(f"{str(path)!r}: row {i} lacks its workload, design or backend")
+        for name in LATER_FIELDS:  # a file from before the metric: n/a, with the reason
+            if name not in row:
+                row[name] = None
+                row.setdefault("na", {})[name] = "not measured: the file predates the metric"
         missing = [f for f in FIELDS if f not in row]
         if missing:
             raise ValueError(f"{str(path)!r}: row {i} lacks {', '.join(missing[:3])}"

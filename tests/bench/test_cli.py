@@ -1,10 +1,13 @@
 """sarp-bench's command line: argument errors and re-rendering a report."""
 
 import argparse
+import json
 
 import pytest
 
 from sarp.bench.cli import main, parser
+from sarp.bench.metrics import LATER_FIELDS, new_row
+from sarp.bench.results import load_results
 
 
 @pytest.fixture
@@ -124,6 +127,19 @@ def test_report_of_rows_without_their_metrics_fails(tmp_path, capsys):
     assert exc.value.code == 2
     assert "row 0 lacks requests, throughput_rps, match_mean_us and" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
+
+
+def test_report_of_a_file_from_before_a_later_metric_marks_it_na(tmp_path):
+    row = new_row("w", "sarp", "memory")
+    for name in LATER_FIELDS:
+        del row[name]
+    (tmp_path / "results.json").write_text(json.dumps({"meta": {}, "rows": [row]}))
+    assert main(["report", str(tmp_path)]) == 0
+    loaded = load_results(tmp_path)["rows"][0]
+    for name in LATER_FIELDS:
+        assert loaded[name] is None
+        assert loaded["na"][name] == "not measured: the file predates the metric"
+    assert "predates the metric" in (tmp_path / "report.md").read_text()
 
 
 def test_a_run_cut_before_its_first_request_still_reports(tmp_path):

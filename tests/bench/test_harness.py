@@ -1,4 +1,5 @@
-"""The benchmark harness on a tiny synthetic workload with the memory backend."""
+"""The benchmark harness on a tiny synthetic workload, with the memory backend but where a
+metric needs a device (the I/O calls: odirect and flashlog)."""
 
 from pathlib import Path
 
@@ -6,13 +7,15 @@ import numpy as np
 import pytest
 
 import sarp.bench.scaling as scaling_mod
+from sarp.bench import metrics
 from sarp.bench.catalog import load_workload
 from sarp.bench.designs import DESIGNS, Setup
 from sarp.bench.harness import RunOptions, run
+from sarp.bench.measure import measure_once
 from sarp.bench.metrics import FIELDS
 from sarp.bench.progress import Progress
 from sarp.bench.recovery_bench import mix
-from sarp.bench.replay import prepare
+from sarp.bench.replay import Trace, prepare
 from sarp.bench.report import _budget_share, paired_range, ratios, render
 from sarp.bench.results import load_results, write_results
 
@@ -88,6 +91,52 @@ def test_store_reads_per_request_count_every_read_of_the_stores(results):
         assert row["store_reads_per_request"] >= row["store_reads_per_match"] > 0, design
     assert rows["dram-blockhash"]["store_reads_per_request"] is None
     assert rows["dram-blockhash"]["na"]["store_reads_per_request"]
+
+
+def test_io_calls_are_counted_where_the_store_does_its_io_through_the_io_layer(results,
+                                                                            tmp_path):
+    _, res = results
+    for row in res["rows"]:  # the memory backend, and the DRAM-only designs: nothing to count
+        for name in ("io_reads_per_request", "io_writes_per_request"):
+            assert row[name] is None, (row["design"], name)
+            assert row["na"][name] in ("the memory backend does no I/O",
+                                       "the design keeps no record store"), row["design"]
+    p = prepare(WORKLOAD, load_workload(WORKLOAD, 0.05))
+    for backend in ("odirect", "flashlog"):
+        for design in ("sarp", "segment-radix-capped"):
+            setup = Setup(backend, 1 << 20, "group", True, 4096)
+            row, _ = measure_once(DESIGNS[design], setup, p, rep=0, workdir=tmp_path,
+                                  exact=None, time_limit=None, progress=Progress(False))
+            if backend == "odirect":  # no cache: one call per record read, one per version
+                assert row["io_reads_per_request"] == row["store_reads_per_request"], design
+                assert row["io_writes_per_request"] > 0, design
+            else:  # a record in a page buffer is read without a call, and written with its page
+                assert 0 <= row["io_reads_per_request"] <= row["store_reads_per_request"], design
+                assert row["io_writes_per_request"] >= 0, design
+
+
+def test_io_calls_sum_the_stores_and_the_designs_own_files_or_say_why_not():
+    trace = Trace(np.zeros(4, np.int64), np.zeros(4, np.int64), np.zeros(4, np.int64), 1.0)
+
+    def io(reads, writes):
+        return {"reads": reads, "writes": writes}
+
+    row = metrics.new_row("w", "segment-radix-capped", "odirect")
+    metrics.request_io(row, {"store": {"kind": "odirect", "io": io(1, 1)},
+                             "spill_store": {"kind": "odirect", "io": io(0, 2)}},
+                       {"store": {"kind": "odirect", "io": io(9, 5)},
+                        "spill_store": {"kind": "odirect", "io": io(4, 6)}}, trace)
+    assert (row["io_reads_per_request"], row["io_writes_per_request"]) == (3.0, 2.0)
+    row = metrics.new_row("w", "sarp", "odirect")  # the journal's writes count too
+    metrics.request_io(row, {"store": {"kind": "odirect", "io": io(0, 0)}, "io": io(0, 1)},
+                       {"store": {"kind": "odirect", "io": io(4, 4)}, "io": io(0, 5)}, trace)
+    assert (row["io_reads_per_request"], row["io_writes_per_request"]) == (1.0, 2.0)
+    row = metrics.new_row("w", "sarp", "wiredtiger")
+    metrics.request_io(row, {"store": {"kind": "wiredtiger"}, "io": io(0, 0)},
+                       {"store": {"kind": "wiredtiger"}, "io": io(0, 8)}, trace)
+    assert row["io_writes_per_request"] is None
+    assert row["na"]["io_writes_per_request"] == ("the wiredtiger engine does its own I/O, "
+                                                  "outside the I/O layer")
 
 
 def test_memory_backend_reports_recovery_as_na(results):
