@@ -53,9 +53,9 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
     ``held``: segments this request already holds (``sarp.segments.HeldSegments``), which
     the insert's matches read through.
 
-    Written segments are stored in one batch and then passed to ``on_write`` in window order:
-    before the next window is matched (so a match sees every earlier window registered), and
-    at the end, which after an extension or a divergence covers every later window at once.
+    Written segments are stored in one batch at the end and then passed to ``on_write`` in
+    window order: the first window written (an extension, a copy or a new segment) makes
+    every later window new, so no window is matched after a write and one batch covers them.
 
     ``window_lock(q[ws])`` is held from the match of window ws until what it decided for that
     window is stored and registered. Every insert that could extend or copy a segment starting
@@ -69,18 +69,7 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
     n = len(q)
     pending: list = []  # (segment, record) encoded but not yet stored
     pending_new = 0  # blocks the pending segments add to the index
-    pending_extended = 0  # pending segments that are extended records
     locked: list[threading.Lock] = []  # the window lock held now, if any
-
-    def store_pending() -> None:
-        nonlocal pending_new, pending_extended
-        with segments.writes.writing():  # until registered: matches started now see no tail
-            segments.put_all([(seg.segment_id, raw) for seg, raw in pending],
-                             extensions=pending_extended)
-            on_write([seg for seg, _ in pending], pending_new)
-        st["new_blocks"] += pending_new
-        pending.clear()
-        pending_new = pending_extended = 0
 
     def release() -> None:
         if locked:
@@ -100,9 +89,7 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
         for ws in range(first, n, S):
             we = min(ws + S, n)
             if not diverged:
-                if pending:
-                    store_pending()
-                release()  # the previous window is stored and registered
+                release()  # the previous window was found stored whole
                 if window_lock is not None:
                     locked.append(window_lock(int(q[ws])))
                     locked[0].acquire()
@@ -129,7 +116,6 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
                     pending.append(segments.encode_extended(stored, q[stored_end:we],
                                                             meta[stored_end:we]))
                     st["segments_extended"] += 1
-                    pending_extended += 1
                     st["blocks_written"] += we - stored_end
                     pending_new += we - stored_end
                     diverged = True  # nothing stored goes past the segment's end: the rest
@@ -146,7 +132,11 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
             st["segments_written"] += 1
             st["blocks_written"] += pending[-1][0].block_count
         if pending:
-            store_pending()
+            with segments.writes.writing():  # until registered: matches started now see no tail
+                segments.put_all([(seg.segment_id, raw) for seg, raw in pending],
+                                 extensions=st["segments_extended"])
+                on_write([seg for seg, _ in pending], pending_new)
+            st["new_blocks"] += pending_new
     finally:
         release()
     if m is not None:
