@@ -6,7 +6,10 @@ says which copy is the newest, so a get reads one copy (one block for a segment 
 put writes without reading first; the bits are saved at a clean close and rebuilt by a scan
 after a crash. Dense keys (segment ids) are slot numbers, so no key index is kept in memory;
 sparse keys map to slots through a table rebuilt from the slots' own headers at open, with the
-free slots. Format: docs/odirect_format.txt.
+free slots. The file is laid out in extents of ``EXTENT_SLOTS`` slots, each extent holding
+the copies 0 of its slots, then their copies 1: the versions a batch writes into consecutive
+slots lie side by side, and each run of them is written with one call.
+Format: docs/odirect_format.txt.
 """
 
 from __future__ import annotations
@@ -20,14 +23,22 @@ from typing import Any
 
 from sarp._core.hashing import xxh64
 from sarp.checks import check_int
-from sarp.errors import BadLengthError, ConfigMismatchError, CorruptionError
+from sarp.errors import (
+    BadLengthError,
+    BadMagicError,
+    ConfigMismatchError,
+    CorruptionError,
+    UnsupportedVersionError,
+)
 from storage_backends.base import RecordStore, check_io
 from storage_backends.io import FileIO, aligned_buffer, block_size, round_up
 from storage_backends.superblock import read_superblock, write_superblock
 
-HEADER_MAGIC = b"SARPODH2"
-# key_mode, block size, max_value_size, version bytes, clean, next sequence number
-_HEADER = struct.Struct("<BIIIBQ")
+HEADER_MAGIC = b"SARPODH3"
+#: the magic of the layout before extents (each slot's two copies side by side)
+OLD_HEADER_MAGICS = (b"SARPODH2",)
+# key_mode, block size, max_value_size, version bytes, extent slots, clean, next sequence number
+_HEADER = struct.Struct("<BIIIIBQ")
 COPIES_MAGIC = b"SARPODC1"
 _COPIES = struct.Struct("<QQ")  # next sequence number, slots; then the newest-copy bitmap
 KEY_MODES = ("dense", "sparse")
@@ -38,7 +49,10 @@ MAGIC = 0x5344524F  # b"ORDS" little-endian
 LIVE, DELETED = 1, 2
 _VERSION = struct.Struct("<IB3xQQI")  # magic, flags, key, seq, length; then value, u64 checksum
 VERSION_OVERHEAD = _VERSION.size + 8
-SCAN_SLOTS = 256  # slots per read when scanning the file
+#: slots per extent: an extent holds the copies 0 of its slots, then their copies 1
+EXTENT_SLOTS = 64
+SCAN_BYTES = 2 << 20  # bytes per read when scanning the file (whole extents, at least one)
+RUN_BYTES = 1 << 20  # the most bytes one write of side-by-side versions takes
 #: the largest max_value_size: a version (value + overhead, rounded up) must fit HEADER's u32
 MAX_VALUE_SIZE = (1 << 30)
 
@@ -64,11 +78,14 @@ class ODirectStore(RecordStore):
             self._lock = threading.RLock()
             clean = self._open_header(key_mode, max_value_size)
             self._slot_bytes = 2 * self._vbytes
-            self._dense_limit = MAX_FILE_BYTES // self._slot_bytes
+            self._extent_bytes = self._extent * self._slot_bytes
+            self._dense_limit = MAX_FILE_BYTES // self._extent_bytes * self._extent
             self._data = self._io.open(self.path / "slots.dat", direct=self.direct_io)
             self._local = threading.local()  # each reader thread's aligned read buffer
-            self._wbuf = aligned_buffer(self._vbytes)
-            self._nslots = -(-self._data.size() // self._slot_bytes)
+            self._run_max = max(1, RUN_BYTES // self._vbytes)  # versions per write call
+            self._wbuf = aligned_buffer(self._vbytes)  # grown to the longest run written
+            #: slots the file has room for: whole extents
+            self._nslots = -(-self._data.size() // self._extent_bytes) * self._extent
             self._slot_of: dict[int, int] = {}
             self._free: list[int] = []
             #: bit s set: copy 1 of slot s holds the newest version (else copy 0, or none)
@@ -88,12 +105,22 @@ class ODirectStore(RecordStore):
             mvs = self._block - VERSION_OVERHEAD if max_value_size is None else max_value_size
             self._max_value = mvs
             self._vbytes = round_up(mvs + VERSION_OVERHEAD, self._block)
+            self._extent = EXTENT_SLOTS
             return True
-        payload = read_superblock(self._io, hpath, HEADER_MAGIC)
+        try:
+            payload = read_superblock(self._io, hpath, HEADER_MAGIC)
+        except BadMagicError:
+            if self._io.read_whole(hpath)[:8] in OLD_HEADER_MAGICS:
+                raise UnsupportedVersionError(
+                    f"{str(self.path)!r}: an odirect store of an older slot layout (before "
+                    "extents); this version cannot read it") from None
+            raise
         if len(payload) != _HEADER.size:
             raise BadLengthError(f"HEADER: payload of {len(payload)} bytes, expected "
                                  f"{_HEADER.size}")
-        mode, blk, mvs, vbytes, clean, self._next_seq = _HEADER.unpack(payload)
+        mode, blk, mvs, vbytes, extent, clean, self._next_seq = _HEADER.unpack(payload)
+        if extent < 1:
+            raise BadLengthError(f"HEADER: extent of {extent} slots")
         stored_mode = KEY_MODES[mode]
         if key_mode is not None and key_mode != stored_mode:
             raise ConfigMismatchError(f"key_mode={key_mode!r}, but the store at "
@@ -102,11 +129,12 @@ class ODirectStore(RecordStore):
             raise ConfigMismatchError(f"max_value_size={max_value_size}, but the store was "
                                       f"created with {mvs}")
         self._sparse, self._block, self._max_value, self._vbytes = mode == 1, blk, mvs, vbytes
+        self._extent = extent
         return bool(clean)
 
     def _write_header(self, clean: bool) -> None:
         payload = _HEADER.pack(int(self._sparse), self._block, self._max_value, self._vbytes,
-                               int(clean), self._next_seq)
+                               self._extent, int(clean), self._next_seq)
         write_superblock(self._io, self.path / "HEADER", HEADER_MAGIC, payload)
 
     def _load_copies(self) -> bool:
@@ -126,7 +154,8 @@ class ODirectStore(RecordStore):
         return True
 
     def _save_copies(self) -> None:
-        payload = _COPIES.pack(self._next_seq, self._nslots) + bytes(self._newer)
+        bits = bytes(self._newer).ljust(-(-self._nslots // 8), b"\0")  # grown lazily
+        payload = _COPIES.pack(self._next_seq, self._nslots) + bits
         write_superblock(self._io, self.path / "COPIES", COPIES_MAGIC, payload)
 
     def _newest_copy(self, slot: int) -> int:
@@ -152,10 +181,12 @@ class ODirectStore(RecordStore):
             return BAD, 0, 0, 0, 0
         return VALID, seq, flags, key, n
 
-    def _newest(self, buf: Any, base: int, slot: int) -> tuple[int, int, int, int, int, int]:
-        """(copy, seq, flags, key, length, bad copies) of the newest valid copy (-1: none)."""
-        a = self._parse(buf, base, slot)
-        b = self._parse(buf, base + self._vbytes, slot)
+    def _newest(self, buf: Any, offsets: tuple[int, int],
+                slot: int) -> tuple[int, int, int, int, int, int]:
+        """(copy, seq, flags, key, length, bad copies) of the newest valid copy (-1: none), the
+        copies being at ``offsets`` of ``buf``."""
+        a = self._parse(buf, offsets[0], slot)
+        b = self._parse(buf, offsets[1], slot)
         bad = (a[0] == BAD) + (b[0] == BAD)
         if b[0] == VALID and (a[0] != VALID or b[1] > a[1]):
             return (1, *b[1:], bad)
@@ -169,28 +200,64 @@ class ODirectStore(RecordStore):
             buf = self._local.buf = aligned_buffer(self._slot_bytes)
         return buf
 
-    def _read(self, buf: Any, slot: int, copies: int, offset: int = 0) -> None:
-        """Read ``copies`` version copies of ``slot`` from copy ``offset`` into ``buf``."""
-        size = copies * self._vbytes
-        view = memoryview(buf)[:size]
-        n = self._data.pread(view, slot * self._slot_bytes + offset * self._vbytes) \
-            if slot < self._nslots else 0
-        if n < size:
-            view[n:] = bytes(size - n)
+    def _offset(self, slot: int, copy: int) -> int:
+        """Where copy ``copy`` of ``slot`` lies in the file."""
+        e, i = divmod(slot, self._extent)
+        return e * self._extent_bytes + (copy * self._extent + i) * self._vbytes
 
-    def _write_version(self, slot: int, flags: int, key: int, value: bytes) -> None:
-        """Write a new version into the copy of ``slot`` that does not hold the newest one."""
-        copy = 1 - self._newest_copy(slot)
-        w = self._wbuf
-        end = _VERSION.size + len(value)
-        _VERSION.pack_into(w, 0, MAGIC, flags, key, self._next_seq, len(value))
-        w[_VERSION.size:end] = value
-        struct.pack_into("<Q", w, end, xxh64(w[:end], slot))
-        w[end + 8:] = bytes(self._vbytes - end - 8)
-        self._data.pwrite(w, slot * self._slot_bytes + copy * self._vbytes)
-        self._next_seq += 1
-        self._nslots = max(self._nslots, slot + 1)
-        self._set_newest_copy(slot, copy)
+    def _read(self, buf: Any, slot: int, copy: int, at: int = 0) -> None:
+        """Read copy ``copy`` of ``slot`` into ``buf[at:]``."""
+        view = memoryview(buf)[at:at + self._vbytes]
+        n = self._data.pread(view, self._offset(slot, copy)) if slot < self._nslots else 0
+        if n < len(view):
+            view[n:] = bytes(len(view) - n)
+
+    def _read_both(self, buf: Any, slot: int) -> tuple[int, int, int, int, int, int]:
+        """``_newest`` of ``slot``'s two copies, read into ``buf`` (copy c at c * V)."""
+        self._read(buf, slot, 0)
+        self._read(buf, slot, 1, self._vbytes)
+        return self._newest(buf, (0, self._vbytes), slot)
+
+    def _write_versions(self, versions: list[tuple[int, int, int, bytes]]) -> None:
+        """Write versions (slot, flags, key, value), in order, each into the copy of its slot
+        that does not hold the newest one; a run of versions that lie side by side in the file
+        is written with one call. A slot's newest-copy bit flips once its run is written, so
+        readers see the old version or the new one whole."""
+        planned = []  # (offset, slot, copy, flags, key, value)
+        batch_newest: dict[int, int] = {}  # slot -> copy of this batch's version planned last
+        for slot, flags, key, value in versions:
+            copy = 1 - batch_newest.get(slot, self._newest_copy(slot))
+            batch_newest[slot] = copy
+            planned.append((self._offset(slot, copy), slot, copy, flags, key, value))
+        v = self._vbytes
+        first = 0
+        while first < len(planned):
+            end = first + 1
+            while (end < len(planned) and end - first < self._run_max
+                   and planned[end][0] == planned[end - 1][0] + v):
+                end += 1
+            self._write_run(planned[first:end])
+            first = end
+
+    def _write_run(self, run: list[tuple[int, int, int, int, int, bytes]]) -> None:
+        """Write versions that lie side by side, from ``run[0]``'s offset, with one call."""
+        v = self._vbytes
+        if len(self._wbuf) < len(run) * v:
+            self._wbuf = aligned_buffer(len(run) * v)
+        w = memoryview(self._wbuf)[:len(run) * v]
+        for i, (_, slot, _, flags, key, value) in enumerate(run):
+            at = i * v
+            end = at + _VERSION.size + len(value)
+            _VERSION.pack_into(w, at, MAGIC, flags, key, self._next_seq + i, len(value))
+            w[at + _VERSION.size:end] = value
+            struct.pack_into("<Q", w, end, xxh64(w[at:end], slot))
+            w[end + 8:at + v] = bytes(at + v - end - 8)
+        self._data.pwrite(w, run[0][0])
+        self._next_seq += len(run)
+        k = self._extent
+        for _, slot, copy, _, _, _ in run:
+            self._set_newest_copy(slot, copy)
+            self._nslots = max(self._nslots, (slot // k + 1) * k)
 
     def _commit(self) -> None:
         if self.durability == "sync":
@@ -209,23 +276,38 @@ class ODirectStore(RecordStore):
                              f"slots of {self._slot_bytes} bytes up to a 16 TiB file)")
         return key
 
-    def _iter_slots(self) -> Iterator[tuple[int, memoryview, int]]:
-        """(slot, buffer, offset) for every slot of the file, read in large aligned chunks."""
-        chunk = aligned_buffer(SCAN_SLOTS * self._slot_bytes)
+    def _new_slot(self) -> int:
+        """A slot for a new sparse key: the lowest free one; when none is free, the file gains
+        an extent, whose other slots become free."""
+        if not self._free:
+            first = self._nslots
+            self._nslots += self._extent
+            self._free = list(range(self._nslots - 1, first, -1))
+            return first
+        return self._free.pop()
+
+    def _iter_slots(self) -> Iterator[tuple[int, memoryview, tuple[int, int]]]:
+        """(slot, buffer, offsets of its copies 0 and 1 in the buffer) for every slot of the
+        file, read in large aligned chunks of whole extents."""
+        k, v = self._extent, self._vbytes
+        per_read = max(1, SCAN_BYTES // self._extent_bytes)
+        chunk = aligned_buffer(per_read * self._extent_bytes)
         view = memoryview(chunk)
-        for first in range(0, self._nslots, SCAN_SLOTS):
-            n = self._data.pread(chunk, first * self._slot_bytes)
+        for first in range(0, self._nslots, per_read * k):
+            n = self._data.pread(chunk, first // k * self._extent_bytes)
             chunk[n:] = bytes(len(chunk) - n)
-            for i in range(min(SCAN_SLOTS, self._nslots - first)):
-                yield first + i, view, i * self._slot_bytes
+            for i in range(min(per_read * k, self._nslots - first)):
+                e, j = divmod(i, k)
+                base = e * self._extent_bytes + j * v
+                yield first + i, view, (base, base + k * v)
 
     def _load_slots(self, repair: bool) -> None:
         """Rebuild the newest-copy bits, the next sequence number and (sparse) the slot table
         and free list from every slot; after a crash, clear torn first writes."""
         torn: list[int] = []
         self._newer = bytearray(-(-self._nslots // 8))
-        for slot, buf, off in self._iter_slots():
-            copy, seq, flags, key, _, bad = self._newest(buf, off, slot)
+        for slot, buf, offsets in self._iter_slots():
+            copy, seq, flags, key, _, bad = self._newest(buf, offsets, slot)
             if bad and copy < 0:
                 if not repair:
                     raise CorruptionError(f"slots.dat: slot {slot}: no version passes its checks")
@@ -238,9 +320,10 @@ class ODirectStore(RecordStore):
                     self._slot_of[key] = slot
                 else:
                     self._free.append(slot)
-        zero = aligned_buffer(self._slot_bytes)
+        zero = aligned_buffer(self._vbytes)
         for slot in torn:  # a first write cut by the crash: it was never acknowledged
-            self._data.pwrite(zero, slot * self._slot_bytes)
+            for copy in (0, 1):
+                self._data.pwrite(zero, self._offset(slot, copy))
         if torn:
             self._data.fdatasync()
         self._free.reverse()  # pop() hands out the lowest free slot first
@@ -253,12 +336,13 @@ class ODirectStore(RecordStore):
                                  f"{self._max_value}")
             self._slot(k)
         with self._lock:
+            versions = []
             for key, value in pairs:
                 slot = self._slot(key)
                 if slot is None:
-                    slot = self._free.pop() if self._free else self._nslots
-                    self._slot_of[key] = slot
-                self._write_version(slot, LIVE, key, value)
+                    slot = self._slot_of[key] = self._new_slot()
+                versions.append((slot, LIVE, key, value))
+            self._write_versions(versions)
             self._commit()
 
     def _get_many(self, keys: list[int]) -> list[bytes | None]:
@@ -277,17 +361,15 @@ class ODirectStore(RecordStore):
         fails its checks (corruption, or a slot never written), both copies are read and the
         newest valid one is served, or CorruptionError raised when neither is valid."""
         buf = self._read_buffer()
-        copy = self._newest_copy(slot)
-        self._read(buf, slot, 1, copy)
+        self._read(buf, slot, self._newest_copy(slot))
         state, _, flags, found, n = self._parse(buf, 0, slot)
         start = _VERSION.size
         if state != VALID:
-            self._read(buf, slot, 2)
-            copy, _, flags, found, n, bad = self._newest(buf, 0, slot)
+            copy, _, flags, found, n, bad = self._read_both(buf, slot)
             if copy < 0 and bad:
                 with self._lock:  # once more with writers held off: a read racing two
-                    self._read(buf, slot, 2)  # rewrites of the slot can see both copies torn
-                    copy, _, flags, found, n, bad = self._newest(buf, 0, slot)
+                    # rewrites of the slot can see both copies torn
+                    copy, _, flags, found, n, bad = self._read_both(buf, slot)
             if copy < 0:
                 if bad:
                     raise CorruptionError(f"slots.dat: slot {slot}: no version passes its checks")
@@ -302,7 +384,7 @@ class ODirectStore(RecordStore):
             slot = self._slot(key)
             if slot is None or self._value(slot, key) is None:
                 return
-            self._write_version(slot, DELETED, key, b"")
+            self._write_versions([(slot, DELETED, key, b"")])
             if self._sparse:
                 del self._slot_of[key]
                 self._free.append(slot)
@@ -311,12 +393,12 @@ class ODirectStore(RecordStore):
     def _scan(self) -> Iterator[tuple[int, bytes]]:
         with self._lock:
             records = []
-            for slot, buf, off in self._iter_slots():
-                copy, _, flags, key, n, bad = self._newest(buf, off, slot)
+            for slot, buf, offsets in self._iter_slots():
+                copy, _, flags, key, n, bad = self._newest(buf, offsets, slot)
                 if copy < 0 and bad:
                     raise CorruptionError(f"slots.dat: slot {slot}: no version passes its checks")
                 if copy >= 0 and flags == LIVE:
-                    start = off + copy * self._vbytes + _VERSION.size
+                    start = offsets[copy] + _VERSION.size
                     records.append((key, bytes(buf[start:start + n])))
         records.sort()
         return iter(records)

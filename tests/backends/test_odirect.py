@@ -1,4 +1,5 @@
-"""odirect specifics: dense and sparse keys, the header, slot reuse, the value limit."""
+"""odirect specifics: dense and sparse keys, the header, slot reuse, the value limit, the
+extents that let a batch write side-by-side versions with one call."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from sarp.errors import ConfigMismatchError
+from sarp.errors import ConfigMismatchError, UnsupportedVersionError
 from storage_backends import open_store
-from storage_backends.odirect import ODirectStore
+from storage_backends.io import FileIO
+from storage_backends.odirect import EXTENT_SLOTS, ODirectStore
+from storage_backends.superblock import read_superblock, write_superblock
 
 SEGMENT_RECORD = 32 + 64 * 8 + 64 * 16 + 8
 
@@ -40,7 +43,7 @@ def test_dense_keys_are_slots(tmp_path: Path) -> None:
     with _open(path, key_mode="dense") as s:
         s.put_many([(k, bytes([k]) * 10) for k in range(50)])
         s.delete(7)
-        assert s.stats()["slots"] == 50
+        assert s.stats()["slots"] == EXTENT_SLOTS  # the file holds whole extents
         with pytest.raises(ValueError, match="key"):
             s.put(1 << 41, b"x")
         # the key space ends where the slot file would pass 16 TiB; a batch reaching past it
@@ -71,9 +74,11 @@ def test_sparse_free_slots_are_reused_across_restarts(tmp_path: Path) -> None:
         s.delete(3 << 40)
         s.delete(5 << 40)
     with _open(path) as s:
-        assert s.stats()["free_slots"] == 2
+        # the two deleted slots and the extent's slots never written
+        assert s.stats()["free_slots"] == EXTENT_SLOTS - 8
         s.put_many([(1, b"a"), (2, b"b"), (3, b"c")])
-        assert s.stats()["slots"] == 11
+        assert s.stats()["slots"] == EXTENT_SLOTS
+        assert s.stats()["free_slots"] == EXTENT_SLOTS - 11
         assert s.get_many([1, 2, 3, 4 << 40, 5 << 40]) == [b"a", b"b", b"c", b"v", None]
 
 
@@ -82,7 +87,7 @@ def test_rewrites_alternate_versions(tmp_path: Path) -> None:
     with _open(path) as s:
         for i in range(5):
             s.put(9, b"%d" % i * 100)
-        assert s.stats()["slots"] == 1
+        assert s.stats()["slots"] == EXTENT_SLOTS
     with _open(path) as s:
         assert s.get(9) == b"4" * 100
 
@@ -93,3 +98,67 @@ def test_dense_keys_hint_selects_dense_mode(tmp_path: Path) -> None:
         assert s.stats()["dram_bytes"] == 0
         s.put_many([(k, b"v") for k in range(20)])
         assert s.stats()["dram_bytes"] == 3  # one newest-copy bit per slot
+
+
+def _writes(s: ODirectStore) -> int:
+    return int(s.stats()["io"]["writes"])
+
+
+@pytest.mark.parametrize("key_mode", ["dense", "sparse"])
+def test_a_batch_writes_each_run_of_side_by_side_versions_with_one_call(
+        tmp_path: Path, key_mode: str) -> None:
+    """New keys of a batch take consecutive slots, whose first versions lie side by side:
+    one write call per extent they fall in. Rewriting them all again is one call per extent
+    too (every slot's other copy); the values read back, also after a reopen."""
+    path = tmp_path / "s"
+    k = EXTENT_SLOTS
+    keys = list(range(10)) if key_mode == "dense" else [(i + 1) << 40 for i in range(10)]
+    with _open(path, key_mode=key_mode) as s:
+        before = _writes(s)
+        s.put_many([(key, b"first %d" % key) for key in keys])
+        assert _writes(s) - before == 1
+        before = _writes(s)
+        s.put_many([(key, b"second %d" % key) for key in keys])
+        assert _writes(s) - before == 1
+        if key_mode == "dense":  # slots k-3 .. k+2 straddle two extents: two runs
+            before = _writes(s)
+            s.put_many([(key, b"edge") for key in range(k - 3, k + 3)])
+            assert _writes(s) - before == 2
+        before = _writes(s)
+        s.put_many([(keys[0], b"a"), (keys[5], b"b")])  # not side by side: a call each
+        assert _writes(s) - before == 2
+        expect = {key: b"second %d" % key for key in keys} | {keys[0]: b"a", keys[5]: b"b"}
+        assert s.get_many(keys) == [expect[key] for key in keys]
+    with _open(path) as s:
+        assert s.get_many(keys) == [expect[key] for key in keys]
+
+
+def test_a_key_twice_in_one_batch_keeps_the_later_value(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    with _open(path, key_mode="dense") as s:
+        s.put(3, b"old")
+        s.put_many([(3, b"one"), (4, b"x"), (3, b"two")])
+        assert s.get_many([3, 4]) == [b"two", b"x"]
+    with _open(path) as s:
+        assert s.get_many([3, 4]) == [b"two", b"x"]
+        assert dict(s.scan()) == {3: b"two", 4: b"x"}
+
+
+def test_a_clean_reopen_loads_the_saved_bits_without_reading_the_slots(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    keys = [0, 5, 2 * EXTENT_SLOTS + 1]  # the last extent's slots mostly never written
+    with _open(path, key_mode="dense") as s:
+        s.put_many([(key, b"v") for key in keys])
+    with _open(path) as s:
+        assert s.stats()["io"]["bytes_read"] < 4096  # HEADER and COPIES only
+        assert s.get_many(keys) == [b"v"] * 3
+
+
+def test_a_store_of_the_layout_before_extents_is_refused_by_name(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    _open(path, key_mode="dense").close()
+    io = FileIO()
+    payload = read_superblock(io, path / "HEADER", b"SARPODH3")
+    write_superblock(io, path / "HEADER", b"SARPODH2", payload)
+    with pytest.raises(UnsupportedVersionError, match="older slot layout"):
+        _open(path)
