@@ -34,9 +34,10 @@ from storage_backends import DURABILITY_MODES, KINDS
 
 T = TypeVar("T")
 QUICK_WORKLOADS = [w for w in WORKLOADS if w.startswith("synthetic/")] + ["trace/magagent"]
-QUICK = {"scale": 0.25, "repeat": 5, "time_limit": 20.0, "threads": [], "recovery": [100_000]}
-FULL = {"scale": 1.0, "repeat": 3, "time_limit": None, "threads": [1, 2, 4, 8],
-        "recovery": [1_000_000]}
+QUICK = {"scale": 0.25, "repeat": 5, "min_time": 0.25, "max_repeat": 9, "time_limit": 20.0,
+         "threads": [], "recovery": [100_000]}
+FULL = {"scale": 1.0, "repeat": 3, "min_time": 1.0, "max_repeat": 15, "time_limit": None,
+        "threads": [1, 2, 4, 8], "recovery": [1_000_000]}
 
 
 def _design(name: str) -> str:
@@ -91,13 +92,15 @@ def comma_list(check: Callable[[str], Any], allow_none: bool = False) -> Callabl
     return arg_type(parse)
 
 
-def _positive_number(text: str) -> float:
+def _number(text: str, positive: bool = True) -> float:
+    """``text`` as a finite number, positive (or non-negative), else ValueError."""
     try:
         value = float(text)
     except ValueError:
         raise ValueError(f"{text!r} is not a number") from None
-    if not 0 < value < math.inf:
-        raise ValueError(f"{text!r} must be positive and finite")
+    if not (0 < value if positive else 0 <= value) or value == math.inf:
+        raise ValueError(f"{text!r} must be {'positive' if positive else 'non-negative'} "
+                         "and finite")
     return value
 
 
@@ -131,7 +134,8 @@ def checked_workload(name: str) -> str:
     return name
 
 
-positive_number = arg_type(_positive_number)
+positive_number = arg_type(_number)
+nonnegative_number = arg_type(partial(_number, positive=False))
 out_directory = arg_type(_out_directory)
 
 
@@ -173,6 +177,13 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--scale", type=positive_number, help="workload scale (sessions multiplier)")
     r.add_argument("--repeat", type=arg_type(positive_count),
                    help="repetitions per row (medians reported)")
+    r.add_argument("--min-time", type=nonnegative_number,
+                   help="after --repeat repetitions, repeat a row again (interleaved with the "
+                        "others still short) while its replays add up to less than this many "
+                        "seconds (default 1, 0.25 with --quick; 0: exactly --repeat)")
+    r.add_argument("--max-repeat", type=arg_type(positive_count),
+                   help="the most repetitions --min-time adds up to (default 15, 9 with "
+                        "--quick)")
     r.add_argument("--quick", action="store_true",
                    help="a few minutes: defaults become scale 0.25, repeat 5, time limit 20 s, "
                         "no threads table, recovery at 100000 blocks, the synthetic "
@@ -240,6 +251,7 @@ def run_options(a: argparse.Namespace) -> RunOptions:
     return RunOptions(
         workloads=workloads, designs=designs, backends=_pick(a.backends, list(KINDS)),
         scale=_pick(a.scale, d["scale"]), repeat=_pick(a.repeat, d["repeat"]),
+        min_time=_pick(a.min_time, d["min_time"]), max_repeat=_pick(a.max_repeat, d["max_repeat"]),
         durability=a.durability, time_limit=_pick(a.time_limit, d["time_limit"]),
         threads=_pick(a.threads, d["threads"]), sweep=_pick(a.sweep, list(DEFAULT_BUDGETS)),
         breakdown_workloads=workloads[:1] if a.quick and any(b in designs for b in BREAKDOWN)

@@ -3,9 +3,9 @@
 Per workload: the exact oracle first (the reference for hit-rate loss), the DRAM-only designs
 once, then every SSD-backed design on every backend with direct I/O and the memory budget of
 ``store_budget``, their repetitions interleaved (repetition r of every design before repetition
-r + 1 of any). SARP runs before Segment-Radix (capped) so that the cap can be SARP's routing
-bytes on the same workload (times ``radix_cap_share``). Then the MaxRetrieval sweep and the
-thread-scaling table.
+r + 1 of any), rows of short replays repeated more (``RunOptions.min_time``). SARP runs before
+Segment-Radix (capped) so that the cap can be SARP's routing bytes on the same workload (times
+``radix_cap_share``). Then the MaxRetrieval sweep and the thread-scaling table.
 """
 
 from __future__ import annotations
@@ -46,6 +46,12 @@ class RunOptions:
     backends: list[str]
     scale: float = 1.0
     repeat: int = 3
+    #: after ``repeat`` repetitions, a row whose replays add up to less than ``min_time``
+    #: seconds is repeated again (interleaved with the other rows still short), up to
+    #: ``max_repeat`` repetitions: a replay of tens of milliseconds is at the mercy of one
+    #: noisy moment of the machine, a median over a second of replays much less so
+    min_time: float = 0.0
+    max_repeat: int = 15
     durability: str = "group"
     time_limit: float | None = None  # seconds per replay; a longer one is cut short
     threads: list[int] = field(default_factory=list)  # empty: no scaling table
@@ -124,15 +130,15 @@ def _workload_rows(opts: RunOptions, p: Prepared, backends: list[str], work: Pat
     def rows(names: list[str], backend: str, exact: Trace | None) -> dict[str, Trace | None]:
         """The rows of ``names`` on ``backend``, repetitions interleaved: repetition r of every
         design runs before repetition r + 1 of any, so a noisy spell of the machine falls on
-        all of them alike and the ratios compare runs made side by side. A design that fails
-        gets an n/a row."""
+        all of them alike and the ratios compare runs made side by side. After ``repeat``
+        repetitions, the rows still short of ``min_time`` seconds of replay go on, still
+        interleaved (``_again``). A design that fails gets an n/a row."""
         reps: dict[str, list] = {n: [] for n in names}
         failed: dict[str, dict[str, Any]] = {}
         cap = None
-        for rep in range(opts.repeat):
-            for name in names:
-                if name in failed:
-                    continue
+        rep = 0
+        while active := [n for n in names if n not in failed and _again(opts, rep, reps[n])]:
+            for name in active:
                 if name == "segment-radix-capped":
                     cap = cap or _probe_radix_cap(opts, p, work)
                     results["meta"]["radix_caps"][f"{p.name} {backend}"] = cap
@@ -149,6 +155,7 @@ def _workload_rows(opts: RunOptions, p: Prepared, backends: list[str], work: Pat
                 row = reps[name][-1][0]
                 if name == "sarp" and cap is None and row["routing_bytes"] is not None:
                     cap = _radix_cap(opts, row["routing_bytes"])
+            rep += 1
         traces: dict[str, Trace | None] = {}
         for name in names:
             if name in failed:
@@ -169,6 +176,15 @@ def _workload_rows(opts: RunOptions, p: Prepared, backends: list[str], work: Pat
     for backend in backends:
         rows(ssd, backend, exact)
     return exact
+
+
+def _again(opts: RunOptions, rep: int, done: list[tuple[dict[str, Any], Trace]]) -> bool:
+    """Whether a row with repetitions ``done`` gets repetition ``rep``: the first ``repeat``
+    always, then while its replays add up to less than ``min_time`` seconds and ``rep`` is
+    below ``max_repeat``."""
+    if rep < opts.repeat:
+        return True
+    return rep < opts.max_repeat and sum(t.wall_s for _, t in done) < opts.min_time
 
 
 def _scaling(opts: RunOptions, p: Prepared, backends: list[str], caps: dict[str, int],

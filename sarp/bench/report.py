@@ -111,6 +111,15 @@ def na_reasons(rows: list[dict[str, Any]]) -> str:
                      for (reason, name), ds in sorted(seen.items())) or "- none"
 
 
+def _repetitions(o: dict[str, Any]) -> str:
+    """How many repetitions a row got, from the run's options (older results: no minimum)."""
+    text = f"{o.get('repeat')} repetition(s)"
+    if o.get("min_time"):
+        text += (f", more (up to {o.get('max_repeat')}) while its replays add up to less than "
+                 f"{fmt(o['min_time'])} s (a row's count is its `repeats`)")
+    return text
+
+
 def _header(meta: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
     o = meta.get("options", {})
     lines = ["# SARP benchmark report", ""]
@@ -120,8 +129,8 @@ def _header(meta: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
         limit = o.get("time_limit")
         lines += [
             f"- started {meta.get('started')}, {fmt(meta.get('seconds'))} s, "
-            f"{'`--quick`' if o.get('quick') else 'full run'}; {o.get('repeat')} repetition(s) "
-            "per row, interleaved across the designs of a backend (repetition r of each before "
+            f"{'`--quick`' if o.get('quick') else 'full run'}; {_repetitions(o)} per row, "
+            "interleaved across the designs of a backend (repetition r of each before "
             "r + 1 of any), medians reported", f"- scale {o.get('scale')}, seed {o.get('seed')}, "
             f"durability `{o.get('durability')}`, Python {meta.get('python')}, "
             f"{meta.get('cpus')} CPUs", f"- time limit per replay: "

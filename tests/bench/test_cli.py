@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from sarp.bench.cli import main, parser
+from sarp.bench.cli import main, parser, run_options
 from sarp.bench.metrics import LATER_FIELDS, new_row
 from sarp.bench.results import load_results
 
@@ -37,6 +37,9 @@ def no_runs(monkeypatch):
     (["run", "--scale", "inf"], "'inf' must be positive and finite"),
     (["run", "--time-limit", "nan"], "'nan' must be positive and finite"),
     (["run", "--radix-cap-share", "0"], "'0' must be positive and finite"),
+    (["run", "--min-time", "-1"], "'-1' must be non-negative and finite"),
+    (["run", "--min-time", "nan"], "'nan' must be non-negative and finite"),
+    (["run", "--max-repeat", "0"], "'0' is not a positive integer"),
     (["run", "--out", __file__], f"'{__file__}' exists and is not a directory"),
     (["recovery", "--blocks", "-3"], "'-3' is not a positive integer"),
     (["recovery", "--repeat", "1.5"], "'1.5' is not a positive integer"),
@@ -163,3 +166,15 @@ def test_run_then_report_rerenders(tmp_path, capsys):
     assert main(["report", str(out)]) == 0
     text = (out / "report.md").read_text()
     assert "SARP" in text and "SSD-BlockHash" in text
+
+
+@pytest.mark.parametrize("args, min_time, max_repeat, repeat", [
+    (["run"], 1.0, 15, 3),
+    (["run", "--quick"], 0.25, 9, 5),
+    (["run", "--quick", "--min-time", "0", "--repeat", "2"], 0.0, 9, 2),
+    (["run", "--min-time", "2.5", "--max-repeat", "7"], 2.5, 7, 3),
+])
+def test_short_rows_are_repeated_to_a_minimum_replay_time_by_default(args, min_time, max_repeat,
+                                                                     repeat):
+    opts = run_options(parser().parse_args(args))
+    assert (opts.min_time, opts.max_repeat, opts.repeat) == (min_time, max_repeat, repeat)

@@ -1,6 +1,7 @@
 """The benchmark harness on a tiny synthetic workload, with the memory backend but where a
 metric needs a device (the I/O calls: odirect and flashlog)."""
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -237,6 +238,39 @@ def test_repetitions_interleave_across_designs_and_a_failure_is_an_na_row(tmp_pa
     cap = rows["segment-radix-capped"]["radix_cap"]
     assert cap == res["meta"]["radix_caps"][f"{WORKLOAD} memory"]
     assert abs(cap - rows["sarp"]["routing_bytes"]) <= 0.1 * cap
+
+
+def test_short_rows_repeat_interleaved_until_min_time_or_max_repeat(tmp_path, monkeypatch):
+    """A row whose replays add up to less than min_time is repeated after ``repeat``, with the
+    other short rows, up to max_repeat; a row past min_time stops at ``repeat``."""
+    from sarp.bench import harness, measure
+
+    wall = {"exact": 1.0, "sarp": 0.1, "segment-hash": 0.3, "segment-radix-capped": 2.0}
+    calls = []
+
+    def timed(design, setup, p, *, rep, **kw):
+        calls.append((rep, design.name))
+        row, trace = measure.measure_once(design, setup, p, rep=rep, **kw)
+        return row, dataclasses.replace(trace, wall_s=wall[design.name])
+
+    monkeypatch.setattr(harness, "measure_once", timed)
+    designs = ["sarp", "segment-hash", "segment-radix-capped"]
+    opts = RunOptions(workloads=[WORKLOAD], designs=designs, backends=["memory"], scale=0.05,
+                      repeat=2, min_time=1.0, max_repeat=6, threads=[], sweep=[])
+    res = run(opts, tmp_path, Progress(False))
+    ssd = [c for c in calls if c[1] != "exact"]
+    both = ["sarp", "segment-hash", "segment-radix-capped"]
+    assert ssd == ([(0, d) for d in both] + [(1, d) for d in both]
+                   + [(2, "sarp"), (2, "segment-hash"), (3, "sarp"), (3, "segment-hash")]
+                   + [(4, "sarp"), (5, "sarp")])  # 0.3 s x 4 reaches 1 s; 0.1 s x 6 does not
+    assert [c for c in calls if c[1] == "exact"] == [(0, "exact"), (1, "exact")]
+    rows = {r["design"]: r for r in res["rows"]}
+    assert {d: rows[d]["repeats"] for d in both} == {"sarp": 6, "segment-hash": 4,
+                                                     "segment-radix-capped": 2}
+    assert len(rows["sarp"]["throughput_rps_reps"]) == 6
+    render(res, tmp_path)
+    assert ("2 repetition(s), more (up to 6) while its replays add up to less than 1 s"
+            in (tmp_path / "report.md").read_text())
 
 
 def test_the_radix_cap_is_the_given_share_of_sarps_routing_bytes(tmp_path):
