@@ -50,7 +50,7 @@ def _ratio(a: Any, b: Any) -> float | None:
 def paired_range(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, float] | None:
     """The lowest and highest throughput ratio of one repetition of row ``a`` over the same
     repetition of row ``b`` (repetitions of one backend run interleaved, so these pairs ran
-    side by side); None without two such pairs."""
+    side by side), over the repetitions both have; None without two such pairs."""
     pairs = zip(a.get("throughput_rps_reps") or [], b.get("throughput_rps_reps") or [],
                 strict=False)  # a failed design has no repetitions
     rs = [x for x in (_ratio(p, q) for p, q in pairs) if x is not None]
@@ -184,7 +184,9 @@ def render(results: dict[str, Any], out: Path) -> Path:
         parts += ["", "## SARP over the baselines (same run, same workload and backend)", "",
                   "Request throughput, SARP over the baseline (x): the ratio of the medians, "
                   "then, in parentheses, the lowest and highest ratio of one repetition of SARP "
-                  "over the same repetition of the baseline, which ran side by side:", "",
+                  "over the same repetition of the baseline, which ran side by side. The "
+                  "range covers the repetitions both rows have; where one row got more to "
+                  "reach --min-time, the ratio of the medians can fall outside it:", "",
                   ratios(rows, "throughput_rps", False), "",
                   "Mean match latency, the baseline's over SARP's (x):", "",
                   ratios(rows, "match_mean_us", True), "",

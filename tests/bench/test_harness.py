@@ -65,6 +65,10 @@ def test_throughput_ratios_show_the_range_of_paired_repetitions():
     assert paired_range(sarp, radix) == (1.5, 4.0)
     assert paired_range(sarp, old) is None
     assert paired_range(sarp, row("ssd-blockhash", 100.0, [100.0])) is None  # one pair
+    # a row repeated more to reach min_time: only the repetitions both rows have pair up
+    longer = row("sarp", 300.0, [200.0, 300.0, 400.0, 900.0, 50.0])
+    assert paired_range(longer, radix) == (1.5, 4.0)
+    assert paired_range(radix, longer) == (0.25, pytest.approx(1 / 1.5))
     text = ratios([sarp, radix, old], "throughput_rps", False)
     assert "| w | b | n/a | 2 (1.5-4) | 3 | 0 |" in text
     assert "(" not in ratios([sarp, radix], "match_mean_us", True).split("\n")[2]
