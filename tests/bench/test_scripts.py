@@ -1,6 +1,7 @@
 """The command lines of the scripts in bench/: argument errors and help."""
 
 import importlib.util
+import multiprocessing
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,42 @@ def test_backends_benchmark_refuses_an_out_that_is_a_file(tmp_path, capsys):
         script("backends").main(["--out", str(tmp_path / "f")])
     assert exc.value.code == 2
     assert "argument --out: " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--min-times", "0,-1"], "argument --min-times: '-1' must be non-negative and finite"),
+    (["--runs", "0"], "argument --runs: '0' is not a positive integer"),
+    (["--baseline", "sarp"], "argument --baseline: invalid choice: 'sarp'"),
+    (["--backends", "floppy"], "argument --backends: unknown backend 'floppy'"),
+])
+def test_repeat_stability_refuses_bad_values_naming_the_argument(capsys, args, says):
+    with pytest.raises(SystemExit) as exc:
+        script("repeat_stability").main(args)
+    assert exc.value.code == 2
+    assert says in capsys.readouterr().err
+
+
+def test_repeat_stability_prints_each_runs_ratio_and_the_spread(capsys):
+    script("repeat_stability").main(["--workloads", "synthetic/ultrachat", "--backends",
+                                     "memory", "--runs", "2", "--scale", "0.05",
+                                     "--min-times", "0,0.05", "--max-repeat", "4"])
+    lines = capsys.readouterr().out.splitlines()
+    row = [c.strip() for c in lines[3].split("|")[1:-1]]
+    assert row[:2] == ["synthetic/ultrachat", "memory"]
+    first, second = row[2], row[3]
+    assert first.endswith("3/3, 3/3")  # --min-time 0: exactly --repeat
+    ratios = [float(x) for x in first.split(" (")[0].split()]
+    assert len(ratios) == 2 and all(r > 0 for r in ratios)
+    reps = [int(x) for pair in second.split("; ")[1].split(", ") for x in pair.split("/")]
+    assert all(3 <= r <= 4 for r in reps)
+    assert lines[-2].startswith("--min-time 0: spread median")
+
+
+def test_cpu_noise_runs_only_inside_its_block():
+    mod = script("repeat_stability")
+    with mod.cpu_noise(True) as _:
+        procs = multiprocessing.active_children()
+        assert len(procs) == mod.NOISE_PROCESSES and all(p.is_alive() for p in procs)
+    assert not multiprocessing.active_children()
+    with mod.cpu_noise(False):
+        assert not multiprocessing.active_children()
