@@ -16,6 +16,7 @@ import os
 import random
 import threading
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -145,27 +146,27 @@ class FileIO:
         os.close(f.fd)
         f.fd, f.direct = fd, False
 
-    # -- data ----------------------------------------------------------------------------
-    def _pread(self, f: File, buf: Any, offset: int) -> int:
+    def _direct_or_buffered(self, f: File, transfer: Callable[[], int]) -> int:
+        """``transfer()`` on ``f``; if the file system rejects it as an O_DIRECT transfer
+        (EINVAL), again once ``f`` is switched to buffered I/O (``transfer`` reads ``f.fd``
+        when called)."""
         try:
-            n = os.preadv(f.fd, [buf], offset)
+            return transfer()
         except OSError as e:
             if not (f.direct and e.errno == errno.EINVAL):
                 raise
             self._buffered(f)
-            n = os.preadv(f.fd, [buf], offset)
+            return transfer()
+
+    # -- data ----------------------------------------------------------------------------
+    def _pread(self, f: File, buf: Any, offset: int) -> int:
+        n = self._direct_or_buffered(f, lambda: os.preadv(f.fd, [buf], offset))
         self._add(reads=1, bytes_read=n)
         return n
 
     def _pwrite(self, f: File, buf: Any, offset: int) -> None:
         view = memoryview(buf)
-        try:
-            n = os.pwritev(f.fd, [view], offset)
-        except OSError as e:
-            if not (f.direct and e.errno == errno.EINVAL):
-                raise
-            self._buffered(f)
-            n = os.pwritev(f.fd, [view], offset)
+        n = self._direct_or_buffered(f, lambda: os.pwritev(f.fd, [view], offset))
         while n < len(view):  # short writes: only on full disks and signals
             n += os.pwritev(f.fd, [view[n:]], offset + n)
         self._add(writes=1, bytes_written=len(view))

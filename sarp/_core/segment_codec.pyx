@@ -107,25 +107,26 @@ cdef int check_checksum(const unsigned char* p, Py_ssize_t length) except -1:
     return 0
 
 
-cdef int get_record(object buf, Py_buffer* view) except -1:
-    """Acquire ``buf``'s bytes (released by the caller), or TypeError naming ``buf``."""
-    if not PyObject_CheckBuffer(buf):
-        raise TypeError(f"buf must be a bytes-like object, got {type(buf).__name__}")
+cdef int get_buffer(object obj, Py_buffer* view, str name, int flags, str kind) except -1:
+    """Acquire ``obj``'s bytes (released by the caller); the errors name argument ``name``
+    and the ``kind`` of buffer wanted."""
+    if not PyObject_CheckBuffer(obj):
+        raise TypeError(f"{name} must be a bytes-like object, got {type(obj).__name__}")
     try:
-        PyObject_GetBuffer(buf, view, PyBUF_SIMPLE)
+        PyObject_GetBuffer(obj, view, flags)
     except (BufferError, ValueError, TypeError) as exc:
-        raise ValueError(f"buf must be a contiguous buffer: {exc}") from None
+        raise ValueError(f"{name} must be a {kind} buffer: {exc}") from None
     return 0
+
+
+cdef int get_record(object buf, Py_buffer* view) except -1:
+    """Acquire ``buf``'s bytes (released by the caller)."""
+    return get_buffer(buf, view, "buf", PyBUF_SIMPLE, "contiguous")
 
 
 cdef int get_metadata(object metadata, Py_buffer* view, Py_ssize_t expected) except -1:
     """Acquire the metadata bytes (released by the caller); exactly ``expected`` bytes."""
-    if not PyObject_CheckBuffer(metadata):
-        raise TypeError(f"metadata must be a bytes-like object, got {type(metadata).__name__}")
-    try:
-        PyObject_GetBuffer(metadata, view, PyBUF_C_CONTIGUOUS)
-    except (BufferError, ValueError, TypeError) as exc:
-        raise ValueError(f"metadata must be a C-contiguous buffer: {exc}") from None
+    get_buffer(metadata, view, "metadata", PyBUF_C_CONTIGUOUS, "C-contiguous")
     if view.len != expected:
         PyBuffer_Release(view)
         raise ValueError(
