@@ -289,17 +289,17 @@ class ODirectStore(RecordStore):
     def _iter_slots(self) -> Iterator[tuple[int, memoryview, tuple[int, int]]]:
         """(slot, buffer, offsets of its copies 0 and 1 in the buffer) for every slot of the
         file, read in large aligned chunks of whole extents."""
-        k, v = self._extent, self._vbytes
-        per_read = max(1, SCAN_BYTES // self._extent_bytes)
-        chunk = aligned_buffer(per_read * self._extent_bytes)
+        extents = max(1, SCAN_BYTES // self._extent_bytes)  # per read
+        chunk = aligned_buffer(extents * self._extent_bytes)
         view = memoryview(chunk)
-        for first in range(0, self._nslots, per_read * k):
-            n = self._data.pread(chunk, first // k * self._extent_bytes)
+        step = extents * self._extent
+        for first in range(0, self._nslots, step):
+            origin = self._offset(first, 0)
+            n = self._data.pread(chunk, origin)
             chunk[n:] = bytes(len(chunk) - n)
-            for i in range(min(per_read * k, self._nslots - first)):
-                e, j = divmod(i, k)
-                base = e * self._extent_bytes + j * v
-                yield first + i, view, (base, base + k * v)
+            for slot in range(first, min(first + step, self._nslots)):
+                yield slot, view, (self._offset(slot, 0) - origin,
+                                   self._offset(slot, 1) - origin)
 
     def _load_slots(self, repair: bool) -> None:
         """Rebuild the newest-copy bits, the next sequence number and (sparse) the slot table

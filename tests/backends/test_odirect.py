@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sarp.errors import ConfigMismatchError, UnsupportedVersionError
-from storage_backends import open_store
+from storage_backends import odirect, open_store
 from storage_backends.io import FileIO
 from storage_backends.odirect import EXTENT_SLOTS, ODirectStore
 from storage_backends.superblock import read_superblock, write_superblock
@@ -162,3 +162,27 @@ def test_a_store_of_the_layout_before_extents_is_refused_by_name(tmp_path: Path)
     write_superblock(io, path / "HEADER", b"SARPODH2", payload)
     with pytest.raises(UnsupportedVersionError, match="older slot layout"):
         _open(path)
+
+
+@pytest.mark.parametrize("scan_bytes", [1, 2 << 20])  # one extent per read; several
+def test_a_scan_across_reads_of_whole_extents_finds_every_newest_version(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scan_bytes: int) -> None:
+    """A sparse store rebuilds its slot table by scanning at open; the scan reads whole extents
+    at a time, and each slot's two copies lie in different halves of its extent."""
+    monkeypatch.setattr(odirect, "SCAN_BYTES", scan_bytes)
+    path = tmp_path / "s"
+    keys = [1000 + 7 * i for i in range(3 * EXTENT_SLOTS + 5)]  # four extents
+    with _open(path, key_mode="sparse") as s:
+        s.put_many([(k, b"first %d" % k) for k in keys])
+        s.put_many([(k, b"second %d" % k) for k in keys[::3]])  # newest in copy 1
+        for k in keys[1::5]:
+            s.delete(k)
+    want = {k: (b"second %d" if i % 3 == 0 else b"first %d") % k
+            for i, k in enumerate(keys) if i % 5 != 1}
+    with _open(path) as s:
+        assert s.stats()["slots"] == 4 * EXTENT_SLOTS
+        assert dict(s.scan()) == want
+        assert all(s.get(k) == v for k, v in want.items())
+        assert all(s.get(k) is None for k in keys[1::5])
+        s.put(5, b"new")  # takes a slot freed by a delete: the file does not grow
+        assert s.stats()["slots"] == 4 * EXTENT_SLOTS and s.get(5) == b"new"
