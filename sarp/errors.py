@@ -47,6 +47,18 @@ class StoreKindError(StoreError):
     """The path holds a store of another kind, or is not a store directory."""
 
 
+class SyncFailedError(OSError, SarpError):
+    """A device sync (fsync, fdatasync) of a file failed. The writes to that file since its
+    last good sync may be lost: Linux may drop the pages it could not write, and a later sync
+    that succeeds does not write them again."""
+
+
+class WritesStoppedError(SarpError):
+    """An earlier sync of this store, or of the index's journal, failed (``SyncFailedError``),
+    so no later write is acknowledged on top of what it may have lost (docs/durability.md,
+    "Failed writes")."""
+
+
 # The index.
 class ConfigMismatchError(SarpError):
     """An existing index was reopened with a configuration that conflicts with its own."""

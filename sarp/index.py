@@ -43,6 +43,7 @@ from sarp.matching import COUNTERS, MatchResult
 from sarp.matching import match as match_path
 from sarp.routing import Build, Events, RoutingDirectory
 from sarp.segments import HeldSegments, SegmentStore
+from storage_backends.base import check_io
 from storage_backends.calls import Calls
 from storage_backends.io import FileIO
 
@@ -135,6 +136,7 @@ class Index:
         meta = self._metadata_rows(metadata, len(q))
         if len(q) == 0:
             return {}
+        self._journal.stop.check()  # a stopped journal: refused before anything is written
         events = Events()
         place = self.directory.place
         held = self._matched.take_held() or HeldSegments(self.segments)
@@ -199,9 +201,10 @@ class Index:
                     seq, self.config_digest, self.segments.next_id,
                     self.counters["indexed_blocks"], keys, flags, lengths, segs, filters,
                     self.directory.table.table_slots())
-                self._journal.close()
+                stop = self._journal.stop  # a stopped journal stops the next one too
+                self._journal.close(covered=True)
                 self._journal = journal.JournalWriter(
-                    self.io, self.path / journal.FILES.name(seq), seq)
+                    self.io, self.path / journal.FILES.name(seq), seq, stop)
                 self.epoch = seq
                 with self._counter_lock:
                     self._since_snapshot = 0
@@ -430,7 +433,7 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
          background: bool = False, snapshot_every_inserts: int = 0,
          snapshot_every_seconds: float = 0.0, snapshot_on_close: bool = True,
          store_options: Mapping[str, Any] | None = None, _rebuild: bool = False,
-         _salvage: bool = False, **config: Any) -> Index:
+         _salvage: bool = False, _io: FileIO | None = None, **config: Any) -> Index:
     """Create an index at ``path``, or reopen (recover) the one there.
 
     ``backend``: the record store's kind (``storage_backends.KINDS``); by default the kind of
@@ -446,8 +449,13 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
     worker thread. By default they run on the inserting thread, before its insert returns:
     under CPython's GIL a worker cannot run them beside the request threads, and handing each
     job to it costs thread switches (docs/architecture.md, "Where background work runs").
+
+    A failed journal sync stops inserts until the index is reopened; later ones raise
+    ``WritesStoppedError`` (docs/durability.md, "Failed writes"). ``_io``: the
+    ``FileIO`` of the index's own files (the fault-injection tests pass one).
     """
     t0 = time.perf_counter()
+    io = check_io(_io)
     root = _index_path(path)
     _check_open_options(snapshot_every_inserts, snapshot_every_seconds,
                         background=background, snapshot_on_close=snapshot_on_close)
@@ -484,7 +492,7 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
         index = Index(root, cfg, store, background=background,
                       snapshot_every_inserts=snapshot_every_inserts,
                       snapshot_every_seconds=snapshot_every_seconds,
-                      snapshot_on_close=snapshot_on_close)
+                      snapshot_on_close=snapshot_on_close, io=io)
         if not existing:
             index.io.publish(cfg_file, dumps(cfg).encode())
         elif not store.persistent:

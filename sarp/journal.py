@@ -20,9 +20,10 @@ from pathlib import Path
 import numpy as np
 
 from sarp._core.hashing import xxh64
-from sarp.errors import RecoveryError
+from sarp.errors import RecoveryError, WritesStoppedError
 from sarp.files import Numbered
 from storage_backends.io import File, FileIO
+from storage_backends.write_stop import WriteStop
 
 MAGIC = b"SARPJRNL"
 VERSION = 1
@@ -54,30 +55,46 @@ def encode_record(r: Record) -> bytes:
 
 
 class JournalWriter:
-    """Appends records to one journal file; ``sync`` makes every appended record durable."""
+    """Appends records to one journal file; ``sync`` makes every appended record durable.
 
-    def __init__(self, io: FileIO, path: Path, snapshot_seq: int):
+    A sync that fails stops the journal (``write_stop``): every later ``append`` and ``sync``
+    raises WritesStoppedError. The index passes the stop on to the journals it starts after
+    it, so it takes no insert until reopened. A write that fails (a full disk) keeps its
+    records queued, and the next sync writes them again.
+    """
+
+    def __init__(self, io: FileIO, path: Path, snapshot_seq: int,
+                 stop: WriteStop | None = None):
         self.io = io
         self.path = path
         if not path.exists():  # created whole or not at all
             io.publish(path, FILE_HEADER.pack(MAGIC, VERSION, 0, snapshot_seq))
         self._file: File = io.open(path, direct=False, create=False)
         self._offset = self._file.size()
+        self._synced = self._offset  # the end of what the last good sync made durable
         self._pending = bytearray()  # appended, not yet written
         self.unsynced = False  # written, not yet synced
+        self.stop = stop or WriteStop(
+            lambda: f"journal {path.name}",
+            "the index takes no insert until reopened; snapshot() or close() persists it")
 
     def append(self, record: Record) -> None:
         """Queue ``record`` in memory; written once ``WRITE_BEHIND`` bytes wait, durable at sync."""
+        self.stop.check()
         self._pending += encode_record(record)
         if len(self._pending) >= WRITE_BEHIND:
-            self._write_pending()
+            self.stop.run(self._write_pending)
 
     def sync(self) -> None:
         """Write the queued records and fdatasync the file, so every appended record is durable."""
+        self.stop.run(self._sync)
+
+    def _sync(self) -> None:
         self._write_pending()
         if self.unsynced:
             self._file.fdatasync()
             self.unsynced = False
+            self._synced = self._offset
 
     def _write_pending(self) -> None:
         if self._pending:
@@ -86,9 +103,24 @@ class JournalWriter:
             self._pending.clear()
             self.unsynced = True
 
-    def close(self) -> None:
-        """Sync (making every appended record durable), then close the file."""
-        self.sync()
+    def close(self, covered: bool = False) -> None:
+        """Sync every appended record, then close the file.
+
+        A journal whose sync failed (or whose last write fails here) is cut back to its last
+        good sync instead, so that recovery finds it whole and may replay a newer journal
+        after it. The records past the cut may be lost: unless ``covered`` (a snapshot is
+        about to persist them), the error is raised.
+        """
+        try:
+            self.sync()
+        except (OSError, WritesStoppedError):
+            lost = self._offset + len(self._pending) > self._synced
+            self._file.truncate(self._synced)
+            self._file.fsync()
+            self._file.close()
+            if lost and not covered:
+                raise
+            return
         self._file.close()
 
 

@@ -18,6 +18,7 @@ from sarp.checks import check_int, check_iterable
 from sarp.errors import CorruptionError, StoreClosedError, StoreKindError
 from storage_backends.calls import Calls
 from storage_backends.io import File, FileIO
+from storage_backends.write_stop import WriteStop
 
 DURABILITY_MODES = ("sync", "group", "none")
 MAX_KEY = (1 << 64) - 1
@@ -140,6 +141,8 @@ class RecordStore(ABC):
         self._calls = Calls(lambda: StoreClosedError(
             f"{self.kind} store at {str(self.path)!r} is closed"))
         self._lock_file: File | None = None  # held from ``_claim`` to ``close()``
+        self._stop = WriteStop(lambda: f"{self.kind} store at {str(self.path)!r}",
+                               "reopen it to recover")
         self._counter_lock = threading.Lock()
         self._counters = dict.fromkeys(
             ("logical_reads", "logical_writes", "logical_deletes", "bytes_read", "bytes_written",
@@ -156,8 +159,7 @@ class RecordStore(ABC):
         if not checked:
             self._check_open()
             return
-        with self._calls:
-            self._put_many(checked)
+        self._run_write(lambda: self._put_many(checked))
         self._count(logical_writes=len(checked), bytes_written=sum(len(v) for _, v in checked))
 
     def get(self, key: int) -> bytes | None:
@@ -171,8 +173,7 @@ class RecordStore(ABC):
     def delete(self, key: int) -> None:
         """Remove ``key``; deleting a missing key is not an error."""
         key = check_key(key)
-        with self._calls:
-            self._delete(key)
+        self._run_write(lambda: self._delete(key))
         self._count(logical_deletes=1)
 
     def scan(self) -> Iterator[tuple[int, bytes]]:
@@ -199,18 +200,21 @@ class RecordStore(ABC):
         Under ``none`` it forces nothing to the device: writes then survive a crash of this
         process but not a power loss.
         """
-        with self._calls:
-            self._flush()
+        self._run_write(self._flush)
 
     def close(self) -> None:
         """Persist everything and release the engine and the directory lock; later calls
         raise StoreClosedError. Waits for calls running on other threads; closing a closed
         store does nothing. If the engine fails to close, the store is closed all the same
-        (its lock released) and the error raised."""
+        (its lock released) and the error raised. A store whose writes stopped (``_run_write``)
+        closes its files without writing: reopening recovers it as after a crash."""
         if not self._calls.begin_close():
             return
         try:
-            self._close()
+            if self._stop.failure is None:
+                self._close()
+            else:
+                self._abandon()
         finally:
             try:
                 if self._lock_file is not None:
@@ -264,6 +268,13 @@ class RecordStore(ABC):
                     bytes_read=sum(len(v) for v in values if v is not None))
         return values
 
+    def _run_write(self, op: Callable[[], None]) -> None:
+        """Run the engine's write ``op`` (a put, delete or flush) as a call on the open store.
+        A failed sync in it stops writes (``storage_backends.write_stop``) until the store is
+        reopened, which recovers it as after a crash; reads go on."""
+        with self._calls:
+            self._stop.run(op)
+
     def _check_open(self) -> None:
         if not self._calls.open:
             raise self._calls.closed_error()
@@ -307,6 +318,11 @@ class RecordStore(ABC):
 
     @abstractmethod
     def _close(self) -> None: ...
+
+    def _abandon(self) -> None:
+        """Close after writes stopped: release the engine without writing what a clean close
+        writes. Engines whose clean close marks files as consistent override it."""
+        self._close()
 
     def _engine_stats(self) -> dict[str, Any]:
         return {}

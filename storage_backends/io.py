@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sarp.errors import StoreLockedError
+from sarp.errors import StoreLockedError, SyncFailedError
 
 MIN_BLOCK = 4096
 LOCK_FILE = "LOCK"
@@ -172,12 +172,12 @@ class FileIO:
         self._add(writes=1, bytes_written=len(view))
 
     def _sync(self, f: File, data_only: bool) -> None:
-        if data_only:
-            os.fdatasync(f.fd)
-            self._add(fdatasyncs=1)
-        else:
-            os.fsync(f.fd)
-            self._add(fsyncs=1)
+        sync, counter = (os.fdatasync, "fdatasyncs") if data_only else (os.fsync, "fsyncs")
+        try:
+            sync(f.fd)
+        except OSError as e:
+            raise SyncFailedError(e.errno, f"sync of {f.path.name} failed: {e.strerror}") from e
+        self._add(**{counter: 1})
 
     def _truncate(self, f: File, size: int) -> None:
         os.ftruncate(f.fd, size)
@@ -258,14 +258,20 @@ class PowerLossIO(FileIO):
     one, cut at a random 512-byte boundary short of its end. Every file is then closed and
     further I/O raises ``OSError``.
     Renames and directory entries are taken as durable (they are made so by ``fsync_dir``).
+    ``fail_syncs(n)`` makes the next ``n`` syncs fail as Linux fails them: EIO (raised as
+    ``SyncFailedError``), and the file's unsynced writes stay readable but are lost at the
+    crash (the bytes they replaced, or zeros past the old end of the file), whatever later
+    syncs do.
     """
 
     def __init__(self, seed: int = 0) -> None:
         super().__init__()
         self._rng = random.Random(seed)
         self._files: list[File] = []
-        # unsynced writes, oldest first: (path, offset, new bytes, old bytes, old size)
-        self._pending: list[tuple[Path, int, bytes, bytes, int]] = []
+        # unsynced writes, oldest first: (path, offset, new bytes, old bytes, old size, lost);
+        # lost: a sync of it failed, so no later sync makes it durable
+        self._pending: list[tuple[Path, int, bytes, bytes, int, bool]] = []
+        self._failing_syncs = 0
         self.dead = False
 
     def open(self, path: str | Path, direct: bool, create: bool = True) -> File:
@@ -292,7 +298,7 @@ class PowerLossIO(FileIO):
         with open(f.path, "rb") as raw:
             raw.seek(offset)
             old = raw.read(len(new))
-        self._pending.append((f.path, offset, new, old, f.size()))
+        self._pending.append((f.path, offset, new, old, f.size(), False))
         super()._pwrite(f, buf, offset)
 
     def _truncate(self, f: File, size: int) -> None:
@@ -301,7 +307,7 @@ class PowerLossIO(FileIO):
         with open(f.path, "rb") as raw:
             raw.seek(size)
             old = raw.read()
-        self._pending.append((f.path, size, b"", old, old_size))
+        self._pending.append((f.path, size, b"", old, old_size, False))
         super()._truncate(f, size)
 
     def rename(self, src: str | Path, dst: str | Path) -> None:
@@ -315,19 +321,33 @@ class PowerLossIO(FileIO):
 
     def _sync(self, f: File, data_only: bool) -> None:
         self._check()
+        if self._failing_syncs:
+            self._failing_syncs -= 1
+            self._pending = [(*w[:5], w[5] or w[0] == f.path) for w in self._pending]
+            raise SyncFailedError(errno.EIO, f"simulated failed sync of {f.path.name}")
         super()._sync(f, data_only)
-        self._pending = [w for w in self._pending if w[0] != f.path]
+        self._pending = [w for w in self._pending if w[0] != f.path or w[5]]
+
+    def fail_syncs(self, n: int = 1) -> None:
+        """Make the next ``n`` syncs fail (see the class docstring)."""
+        self._failing_syncs = n
 
     def crash(self, mode: str = "drop") -> None:
         """Cut the power: ``drop`` loses every unsynced write, ``tear`` tears the newest one."""
         if mode not in ("drop", "tear"):
             raise ValueError(f"mode must be 'drop' or 'tear', got {mode!r}")
         undo = self._pending if mode == "drop" else self._pending[-1:]
-        for path, offset, new, old, old_size in reversed(undo):
+        for path, offset, new, old, old_size, lost in reversed(undo):
+            if not path.exists():  # deleted since: nothing of it survives in any case
+                continue
             with open(path, "r+b") as raw:
                 raw.seek(offset)
-                raw.write(old)
-                raw.truncate(old_size)
+                if lost:  # within the size a later sync may have made durable: old or zeros
+                    keep = max(0, min(len(new), os.fstat(raw.fileno()).st_size - offset))
+                    raw.write((old + bytes(len(new)))[:keep])
+                else:
+                    raw.write(old)
+                    raw.truncate(old_size)
                 if mode == "tear" and new:
                     cut = self._rng.randrange(max(1, len(new) // SECTOR)) * SECTOR
                     raw.seek(offset)

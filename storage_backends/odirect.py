@@ -415,6 +415,10 @@ class ODirectStore(RecordStore):
             self._write_header(clean=True)
             self._data.close()
 
+    def _abandon(self) -> None:
+        with self._lock:  # HEADER keeps clean = 0: the next open checks every slot
+            self._data.close()
+
     def _engine_stats(self) -> dict[str, Any]:
         with self._lock:
             return {

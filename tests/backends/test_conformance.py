@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import random
 import signal
 import subprocess
@@ -13,7 +14,14 @@ from typing import Any
 
 import pytest
 
-from sarp.errors import ConfigMismatchError, StoreClosedError, StoreKindError, StoreLockedError
+from sarp.errors import (
+    ConfigMismatchError,
+    StoreClosedError,
+    StoreKindError,
+    StoreLockedError,
+    SyncFailedError,
+    WritesStoppedError,
+)
 from storage_backends import RecordStore, open_store
 from storage_backends.base import KIND_FILE, MAX_KEY, claim_directory
 from tests.closing import close_under_calls
@@ -529,3 +537,48 @@ def test_close_waits_for_a_scan_being_started(kind: str, open_kind: Any, tmp_pat
     assert not errors, errors[0]
     assert events == ["scan started", "close"]
     assert store.closed
+
+
+@pytest.mark.parametrize("failing", ["put", "delete", "flush"])
+def test_a_failed_sync_stops_writes_until_reopened(kind: str, failing: str, open_kind: Any,
+                                                   tmp_path: Path) -> None:
+    """A write whose engine call fails with SyncFailedError stops writes: the device may have
+    dropped what followed the last good sync, so nothing is acknowledged on top of it. Later
+    puts, deletes and flushes raise WritesStoppedError naming the failed sync; reads go on;
+    close() releases the store; a reopened store holds every acknowledged value and takes
+    writes. A write that fails by itself (a full disk) stops nothing."""
+    path = tmp_path / "s"
+    store = open_kind(kind, path, durability="sync")
+    store.put_many([(k, payload(k)) for k in range(10)])
+    engine = {"put": "_put_many", "delete": "_delete", "flush": "_flush"}[failing]
+    real = getattr(store, engine)
+    write = {"put": lambda: store.put(10, b"v"), "delete": lambda: store.delete(3),
+             "flush": store.flush}[failing]
+
+    def fails(error: OSError) -> Any:
+        def call(*args: Any) -> None:
+            raise error
+        return call
+
+    setattr(store, engine, fails(OSError(errno.ENOSPC, "No space left on device")))
+    with pytest.raises(OSError, match="No space left"):
+        write()
+    setattr(store, engine, real)
+    write()  # the disk has room again: the store takes writes
+    setattr(store, engine, fails(SyncFailedError(errno.EIO, "sync of x failed")))
+    with pytest.raises(SyncFailedError):
+        write()
+    setattr(store, engine, real)  # the device works again: the store still refuses writes
+    for refused in (lambda: store.put(11, b"w"), lambda: store.delete(4), store.flush):
+        with pytest.raises(WritesStoppedError, match=f"{kind} store .* sync of x failed") as e:
+            refused()
+        assert isinstance(e.value.__cause__, SyncFailedError)
+    assert store.get_many(range(3)) == [payload(k) for k in range(3)]
+    assert store.get(11) is None
+    store.close()
+    assert store.closed
+    if store.persistent:
+        with open_kind(kind, path, durability="sync") as again:
+            assert again.get_many(range(3)) == [payload(k) for k in range(3)]
+            again.put(11, b"w")
+            assert again.get(11) == b"w"

@@ -1,0 +1,180 @@
+"""A failed sync stops writes instead of acknowledging later ones on top of lost data.
+
+Linux reports a failed fsync once and may drop the pages it could not write; a later fsync
+that succeeds does not write them again. ``PowerLossIO.fail_syncs`` models that: the file's
+unsynced writes stay readable until the simulated power cut, which loses them. A log that went
+on after such a failure would acknowledge records that follow a hole, and after the power cut
+its reader would find a damaged block before valid ones. So the stores and the index's journal
+refuse every write after a failed one (storage_backends/write_stop.py), and each test checks
+that every write acknowledged before the failure survives the power cut, and that the files
+reopen without an error.
+"""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+
+import sarp
+from sarp.errors import CorruptionError, WritesStoppedError
+from storage_backends import open_store
+from storage_backends.io import PowerLossIO
+from storage_backends.write_stop import WriteStop
+
+from .workload import CONFIG, check_match, metadata, sequence
+
+B = CONFIG["block_size"]
+
+
+def _value(key: int, version: int) -> bytes:
+    return (key.to_bytes(8, "little") + version.to_bytes(8, "little")) * 20
+
+
+@pytest.mark.parametrize("kind", ["flashlog", "odirect"])
+def test_a_store_whose_sync_failed_writes_nothing_more_and_survives_a_power_cut(
+        kind: str, tmp_path: Path) -> None:
+    """flashlog and odirect under ``sync``: a batch whose sync fails raises; the next batch
+    is refused, not written after the pages the failed sync dropped. close() then writes no
+    clean marker: odirect's saved newest-copy bits would point at the copies the failed batch
+    wrote, which hold an older version again after the power cut."""
+    io = PowerLossIO(0)
+    # dense keys, as the index opens its store: odirect then trusts its saved bits
+    options = {"instances": 4} if kind == "flashlog" else {"dense_keys": True}
+    path = tmp_path / "s"
+    store = open_store(kind, path, memory_budget=1 << 20, durability="sync", io=io, **options)
+    for version in (1, 2):  # each slot of odirect holds both copies
+        store.put_many([(k, _value(k, version)) for k in range(50)])
+    io.fail_syncs(1)
+    with pytest.raises(OSError, match="simulated failed sync"):
+        store.put_many([(k, _value(k, 3)) for k in range(40, 60)])
+    with pytest.raises(WritesStoppedError, match=f"{kind} store .* simulated failed sync"):
+        store.put_many([(k, _value(k, 4)) for k in range(60, 70)])
+    store.close()
+    io.crash("drop")
+    with open_store(kind, path, memory_budget=1 << 20, durability="sync", **options) as again:
+        got = again.get_many(range(70))
+        assert got[:40] == [_value(k, 2) for k in range(40)]
+        assert all(got[k] in (_value(k, 2), _value(k, 3)) for k in range(40, 50))
+        assert all(got[k] in (None, _value(k, 3)) for k in range(50, 60))
+        assert got[60:] == [None] * 10
+        again.put(60, b"after")
+        assert again.get(60) == b"after"
+
+
+def test_without_the_stop_a_write_after_a_failed_sync_would_leave_an_unreadable_log(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the stop prevents, shown with it turned off: flashlog acknowledges a batch synced
+    after the failed one, and after the power cut its WAL has a hole before that batch, so the
+    store cannot be reopened."""
+    monkeypatch.setattr(WriteStop, "check", lambda self: None)
+    io = PowerLossIO(0)
+    path = tmp_path / "s"
+    store = open_store("flashlog", path, memory_budget=1 << 20, durability="sync", io=io,
+                       instances=4)
+    store.put_many([(k, _value(k, 1)) for k in range(50)])
+    io.fail_syncs(1)
+    with pytest.raises(OSError, match="simulated failed sync"):
+        store.put_many([(k, _value(k, 1)) for k in range(50, 60)])
+    store.put_many([(k, _value(k, 1)) for k in range(60, 70)])  # acknowledged
+    store.close()
+    io.crash("drop")
+    with pytest.raises(CorruptionError, match="damaged inside the log"):
+        open_store("flashlog", path, memory_budget=1 << 20, durability="sync", instances=4)
+
+
+def _insert(index: sarp.Index, i: int) -> None:
+    tokens = sequence(i)
+    index.insert(tokens=tokens, metadata=metadata(sarp.block_ids(tokens, B)))
+
+
+def _full(i: int) -> int:
+    return len(sequence(i)) // B
+
+
+@pytest.mark.parametrize("snapshot_on_close", [True, False])
+def test_an_index_whose_journal_sync_failed_takes_no_insert_and_survives_a_power_cut(
+        snapshot_on_close: bool, tmp_path: Path) -> None:
+    """The journal's sync fails in an insert (durability ``sync``): that insert raises and
+    every later one is refused, also after a snapshot, until the index is reopened; matches go
+    on. Closing cuts the journal back to its last good sync, so recovery replays it whole
+    after the power cut. With the closing snapshot, close() succeeds and the failed insert,
+    which the snapshot covers, is kept; without it, close() raises, and the failed insert's
+    segments come back by roll-forward (they are in the store)."""
+    io = PowerLossIO(0)
+    path = tmp_path / "i"
+    index = sarp.open(path, backend="odirect", durability="sync", direct_io=False,
+                      snapshot_on_close=snapshot_on_close, store_options={"io": io}, _io=io,
+                      **CONFIG)
+    for i in range(20):
+        _insert(index, i)
+    journal_file = index._journal.path
+    synced_size = journal_file.stat().st_size
+    real_sync = io._sync  # the store's syncs pass; the journal's next one fails
+
+    def journal_fails(f, data_only):  # type: ignore[no-untyped-def]
+        if f.path == journal_file:
+            io.fail_syncs(1)
+        real_sync(f, data_only)
+
+    io._sync = journal_fails  # type: ignore[method-assign]
+    with pytest.raises(OSError, match="simulated failed sync of journal-0+.log"):
+        _insert(index, 20)
+    io._sync = real_sync  # type: ignore[method-assign]
+    with pytest.raises(WritesStoppedError, match="journal-0+.log .* simulated failed sync"):
+        _insert(index, 21)
+    with pytest.raises(WritesStoppedError):
+        index.flush()
+    for i in range(20):
+        assert check_match(index, i) == _full(i)
+    if snapshot_on_close:
+        index.snapshot()
+        with pytest.raises(WritesStoppedError):  # stopped until reopened
+            _insert(index, 21)
+        index.close()
+    else:
+        with pytest.raises(WritesStoppedError):  # the failed insert's record is cut
+            index.close()
+        assert journal_file.stat().st_size == synced_size
+    assert index.store.closed
+    io.crash("drop")
+    with sarp.open(path) as again:
+        assert again.recovery["torn_tail_bytes"] == 0
+        for i in range(21):
+            assert check_match(again, i) == _full(i), i
+        assert check_match(again, 21) < _full(21)
+        _insert(again, 21)
+        assert check_match(again, 21) == _full(21)
+
+
+def test_a_failed_journal_write_stops_nothing_and_is_written_again(tmp_path: Path) -> None:
+    """Under ``group`` the journal is written once 64 KiB of records wait. A write that fails
+    by itself (a full disk) acknowledged nothing: the insert raises, its records stay queued,
+    and once the disk has room the next flush writes them; every insert is there after a
+    power cut."""
+    io = PowerLossIO(0)
+    path = tmp_path / "i"
+    index = sarp.open(path, backend="odirect", durability="group", direct_io=False,
+                      store_options={"io": io}, _io=io, **CONFIG)
+    real = io._pwrite
+    journal_file = index._journal.path
+
+    def full_disk(f, buf, offset):  # type: ignore[no-untyped-def]
+        if f.path == journal_file:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(f, buf, offset)
+
+    io._pwrite = full_disk  # type: ignore[method-assign]
+    inserted = 0
+    with pytest.raises(OSError, match="No space left"):
+        for i in range(2000):  # until 64 KiB of records wait
+            _insert(index, i)
+            inserted += 1
+    io._pwrite = real  # type: ignore[method-assign]
+    _insert(index, inserted + 1)
+    index.flush()
+    io.crash("drop")
+    with sarp.open(path) as again:
+        for i in range(inserted + 2):
+            assert check_match(again, i) == _full(i), i
