@@ -226,7 +226,8 @@ class Index:
 
     @_call
     def stats(self) -> dict[str, Any]:
-        """Aggregated query counters, routing-directory size and the store's statistics."""
+        """Aggregated query counters, routing-directory size and the store's statistics;
+        ``writes_stopped``: whether a failed sync of the journal or the store stopped inserts."""
         with self._counter_lock:
             out: dict[str, Any] = dict(self.counters)
         out.update(self.directory.stats())
@@ -235,6 +236,8 @@ class Index:
         out["routing_bytes_per_block"] = out["routing_bytes"] / blocks if blocks else 0.0
         out["store"] = self.store.stats()
         out["io"] = self.io.stats()
+        out["writes_stopped"] = (self._journal.stop.failure is not None
+                                 or out["store"]["writes_stopped"])
         return out
 
     def close(self) -> None:

@@ -223,10 +223,12 @@ class RecordStore(ABC):
                 self._calls.end_close()
 
     def stats(self) -> dict[str, Any]:
-        """Logical counters (exact) plus what the engine can tell about itself."""
+        """Logical counters (exact) plus what the engine can tell about itself;
+        ``writes_stopped``: whether a failed sync stopped writes (``_run_write``)."""
         with self._counter_lock:
             out: dict[str, Any] = dict(self._counters)
-        out.update(kind=self.kind, durability=self.durability, direct_io=self.direct_io)
+        out.update(kind=self.kind, durability=self.durability, direct_io=self.direct_io,
+                   writes_stopped=self._stop.failure is not None)
         try:
             with self._calls:
                 out.update(self._engine_stats())

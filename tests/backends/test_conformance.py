@@ -565,9 +565,11 @@ def test_a_failed_sync_stops_writes_until_reopened(kind: str, failing: str, open
         write()
     setattr(store, engine, real)
     write()  # the disk has room again: the store takes writes
+    assert not store.stats()["writes_stopped"]
     setattr(store, engine, fails(SyncFailedError(errno.EIO, "sync of x failed")))
     with pytest.raises(SyncFailedError):
         write()
+    assert store.stats()["writes_stopped"]
     setattr(store, engine, real)  # the device works again: the store still refuses writes
     for refused in (lambda: store.put(11, b"w"), lambda: store.delete(4), store.flush):
         with pytest.raises(WritesStoppedError, match=f"{kind} store .* sync of x failed") as e:

@@ -126,6 +126,7 @@ def test_an_index_whose_journal_sync_failed_takes_no_insert_and_survives_a_power
         _insert(index, 21)
     with pytest.raises(WritesStoppedError):
         index.flush()
+    assert index.stats()["writes_stopped"] and not index.stats()["store"]["writes_stopped"]
     for i in range(20):
         assert check_match(index, i) == _full(i)
     if snapshot_on_close:
@@ -140,6 +141,7 @@ def test_an_index_whose_journal_sync_failed_takes_no_insert_and_survives_a_power
     assert index.store.closed
     io.crash("drop")
     with sarp.open(path) as again:
+        assert not again.stats()["writes_stopped"]
         assert again.recovery["torn_tail_bytes"] == 0
         for i in range(21):
             assert check_match(again, i) == _full(i), i
