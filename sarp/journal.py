@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from sarp._core.hashing import xxh64
-from sarp.errors import RecoveryError, WritesStoppedError
+from sarp.errors import RecoveryError, SyncFailedError, WritesStoppedError
 from sarp.files import Numbered
 from storage_backends.io import File, FileIO
 from storage_backends.write_stop import WriteStop
@@ -106,14 +106,15 @@ class JournalWriter:
     def close(self, covered: bool = False) -> None:
         """Sync every appended record, then close the file.
 
-        A journal whose sync failed (or whose last write fails here) is cut back to its last
-        good sync instead, so that recovery finds it whole and may replay a newer journal
-        after it. The records past the cut may be lost: unless ``covered`` (a snapshot is
-        about to persist them), the error is raised.
+        A journal whose sync failed (here or before) is cut back to its last good sync
+        instead, so that recovery finds it whole and may replay a newer journal after it. The
+        records past the cut may be lost: unless ``covered`` (a snapshot is about to persist
+        them), the error is raised. A write that fails here (a full disk) is raised with the
+        file left open: what it holds stays, and a later close may write the rest.
         """
         try:
             self.sync()
-        except (OSError, WritesStoppedError):
+        except (SyncFailedError, WritesStoppedError):
             lost = self._offset + len(self._pending) > self._synced
             self._file.truncate(self._synced)
             self._file.fsync()

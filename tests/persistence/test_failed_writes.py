@@ -15,12 +15,14 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import sarp
+from sarp import journal
 from sarp.errors import CorruptionError, WritesStoppedError
 from storage_backends import open_store
-from storage_backends.io import PowerLossIO
+from storage_backends.io import FileIO, PowerLossIO
 from storage_backends.write_stop import WriteStop
 
 from .workload import CONFIG, check_match, metadata, sequence
@@ -180,3 +182,28 @@ def test_a_failed_journal_write_stops_nothing_and_is_written_again(tmp_path: Pat
     with sarp.open(path) as again:
         for i in range(inserted + 2):
             assert check_match(again, i) == _full(i), i
+
+
+def test_a_journal_write_that_fails_at_close_keeps_the_file_and_a_later_close_writes_it(
+        tmp_path: Path) -> None:
+    """Only a failed sync cuts a journal back: a write that fails at close (a full disk) is
+    raised with the file left as it is, and the next close writes the rest."""
+    io = FileIO()
+    path = tmp_path / journal.FILES.name(0)
+    writer = journal.JournalWriter(io, path, 0)
+    for seq in (1, 2):
+        writer.append(journal.Record(seq, seq, 1, np.array([seq - 1], np.uint64)))
+        if seq == 1:
+            writer.sync()
+    real = io._pwrite
+
+    def full_disk(f, buf, offset):  # type: ignore[no-untyped-def]
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    io._pwrite = full_disk  # type: ignore[method-assign]
+    with pytest.raises(OSError, match="No space left"):
+        writer.close()
+    io._pwrite = real  # type: ignore[method-assign]
+    writer.close()
+    replay = journal.read(io, path, last=True)
+    assert [r.record_seq for r in replay.records] == [1, 2] and replay.torn_tail == 0
