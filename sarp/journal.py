@@ -73,7 +73,6 @@ class JournalWriter:
         self._offset = self._file.size()
         self._synced = self._offset  # the end of what the last good sync made durable
         self._pending = bytearray()  # appended, not yet written
-        self.unsynced = False  # written, not yet synced
         self.stop = stop or WriteStop(
             lambda: f"journal {path.name}",
             "the index takes no insert until reopened; snapshot() or close() persists it")
@@ -89,11 +88,15 @@ class JournalWriter:
         """Write the queued records and fdatasync the file, so every appended record is durable."""
         self.stop.run(self._sync)
 
+    @property
+    def unsynced(self) -> bool:
+        """Whether records were written since the last good sync."""
+        return self._offset > self._synced
+
     def _sync(self) -> None:
         self._write_pending()
         if self.unsynced:
             self._file.fdatasync()
-            self.unsynced = False
             self._synced = self._offset
 
     def _write_pending(self) -> None:
@@ -101,7 +104,6 @@ class JournalWriter:
             self._file.pwrite(bytes(self._pending), self._offset)
             self._offset += len(self._pending)
             self._pending.clear()
-            self.unsynced = True
 
     def close(self, covered: bool = False) -> None:
         """Sync every appended record, then close the file.
