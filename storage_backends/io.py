@@ -255,7 +255,9 @@ class PowerLossIO(FileIO):
     Writes reach the real file at once (so reads see them) and are remembered, with the bytes
     they replaced, until the file is synced. ``crash("drop")`` undoes every unsynced write;
     ``crash("tear")`` keeps all but the newest unsynced write and keeps only a prefix of that
-    one, cut at a random 512-byte boundary short of its end. Every file is then closed and
+    one, cut at a random 512-byte boundary short of its end; ``crash("reorder")`` undoes
+    every unsynced write but a prefix of the newest, cut at a random 512-byte boundary or
+    whole (a device may write unsynced data in any order). Every file is then closed and
     further I/O raises ``OSError``.
     Renames and directory entries are taken as durable (they are made so by ``fsync_dir``).
     ``fail_syncs(n)`` makes the next ``n`` syncs fail as Linux fails them: EIO (raised as
@@ -333,10 +335,12 @@ class PowerLossIO(FileIO):
         self._failing_syncs = n
 
     def crash(self, mode: str = "drop") -> None:
-        """Cut the power: ``drop`` loses every unsynced write, ``tear`` tears the newest one."""
-        if mode not in ("drop", "tear"):
-            raise ValueError(f"mode must be 'drop' or 'tear', got {mode!r}")
-        undo = self._pending if mode == "drop" else self._pending[-1:]
+        """Cut the power: ``drop`` loses every unsynced write; ``tear`` keeps them but tears
+        the newest one; ``reorder`` loses them all but a prefix of the newest, as a device
+        that wrote them out of order."""
+        if mode not in ("drop", "tear", "reorder"):
+            raise ValueError(f"mode must be 'drop', 'tear' or 'reorder', got {mode!r}")
+        undo = self._pending[-1:] if mode == "tear" else self._pending
         for path, offset, new, old, old_size, lost in reversed(undo):
             if not path.exists():  # deleted since: nothing of it survives in any case
                 continue
@@ -348,10 +352,13 @@ class PowerLossIO(FileIO):
                 else:
                     raw.write(old)
                     raw.truncate(old_size)
-                if mode == "tear" and new:
-                    cut = self._rng.randrange(max(1, len(new) // SECTOR)) * SECTOR
-                    raw.seek(offset)
-                    raw.write(new[:cut])
+        if mode != "drop" and undo and undo[-1][2] and undo[-1][0].exists():
+            path, offset, new = undo[-1][:3]
+            whole = mode == "reorder"  # tear: short of the end; reorder: maybe all of it
+            cut = self._rng.randrange(max(1, len(new) // SECTOR + whole)) * SECTOR
+            with open(path, "r+b") as raw:
+                raw.seek(offset)
+                raw.write(new[:cut])
         self._pending = []
         for f in self._files:
             f.close()

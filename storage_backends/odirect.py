@@ -1,12 +1,12 @@
 """``odirect``: records in fixed-size, block-aligned slots of one file, read with O_DIRECT.
 
 Each slot holds two versions of its record; a rewrite goes to the copy that does not hold the
-newest valid version, so a torn write leaves the old record readable. One bit per slot in memory
-says which copy is the newest, so a get reads one copy (one block for a segment record) and a
-put writes without reading first; the bits are saved at a clean close and rebuilt by a scan
-after a crash. Dense keys (segment ids) are slot numbers, so no key index is kept in memory;
-sparse keys map to slots through a table rebuilt from the slots' own headers at open, with the
-free slots. The file is laid out in extents of ``EXTENT_SLOTS`` slots, each extent holding
+newest synced version, so a torn write leaves the last durable record readable. One bit per slot
+in memory says which copy is the newest, so a get reads one copy (one block for a segment
+record) and a put writes without reading first; the bits are saved at a clean close and rebuilt
+by a scan after a crash. Dense keys (segment ids) are slot numbers, so no key index is kept in
+memory; sparse keys map to slots through a table rebuilt from the slots' own headers at open,
+with the free slots. The file is laid out in extents of ``EXTENT_SLOTS`` slots, each extent holding
 the copies 0 of its slots, then their copies 1: the versions a batch writes into consecutive
 slots lie side by side, and each run of them is written with one call.
 Format: docs/odirect_format.txt.
@@ -14,6 +14,7 @@ Format: docs/odirect_format.txt.
 
 from __future__ import annotations
 
+import heapq
 import struct
 import sys
 import threading
@@ -87,7 +88,10 @@ class ODirectStore(RecordStore):
             #: slots the file has room for: whole extents
             self._nslots = -(-self._data.size() // self._extent_bytes) * self._extent
             self._slot_of: dict[int, int] = {}
-            self._free: list[int] = []
+            self._free: list[int] = []  # a heap: the lowest free slot first
+            #: slots written since the last sync: a rewrite goes to the same copy again, so
+            #: the copy holding the slot's last synced version stays whole
+            self._unsynced: set[int] = set()
             #: bit s set: copy 1 of slot s holds the newest version (else copy 0, or none)
             self._newer = bytearray()
             if self._sparse or not clean or not self._load_copies():
@@ -219,15 +223,16 @@ class ODirectStore(RecordStore):
         return self._newest(buf, (0, self._vbytes), slot)
 
     def _write_versions(self, versions: list[tuple[int, int, int, bytes]]) -> None:
-        """Write versions (slot, flags, key, value), in order, each into the copy of its slot
-        that does not hold the newest one; a run of versions that lie side by side in the file
-        is written with one call. A slot's newest-copy bit flips once its run is written, so
-        readers see the old version or the new one whole."""
+        """Write versions (slot, flags, key, value) of distinct slots, in order, each into the
+        copy of its slot that does not hold its last synced version: the other copy than the
+        newest, or the newest again if it was written since the last sync. A run of versions
+        that lie side by side in the file is written with one call. A slot's newest-copy bit
+        flips once its run is written; a reader that finds a copy torn by a running write reads
+        again under the store lock (``_value``)."""
         planned = []  # (offset, slot, copy, flags, key, value)
-        batch_newest: dict[int, int] = {}  # slot -> copy of this batch's version planned last
         for slot, flags, key, value in versions:
-            copy = 1 - batch_newest.get(slot, self._newest_copy(slot))
-            batch_newest[slot] = copy
+            newest = self._newest_copy(slot)
+            copy = newest if slot in self._unsynced else 1 - newest
             planned.append((self._offset(slot, copy), slot, copy, flags, key, value))
         v = self._vbytes
         first = 0
@@ -257,6 +262,7 @@ class ODirectStore(RecordStore):
         k = self._extent
         for _, slot, copy, _, _, _ in run:
             self._set_newest_copy(slot, copy)
+            self._unsynced.add(slot)
             self._nslots = max(self._nslots, (slot // k + 1) * k)
 
     def _commit(self) -> None:
@@ -265,6 +271,7 @@ class ODirectStore(RecordStore):
 
     def _sync(self) -> None:
         self._data.fdatasync()
+        self._unsynced.clear()
         self._count(syncs=1)
 
     # -- slots of keys -------------------------------------------------------------------------
@@ -282,9 +289,9 @@ class ODirectStore(RecordStore):
         if not self._free:
             first = self._nslots
             self._nslots += self._extent
-            self._free = list(range(self._nslots - 1, first, -1))
+            self._free = list(range(first + 1, self._nslots))  # ascending: a heap
             return first
-        return self._free.pop()
+        return heapq.heappop(self._free)
 
     def _iter_slots(self) -> Iterator[tuple[int, memoryview, tuple[int, int]]]:
         """(slot, buffer, offsets of its copies 0 and 1 in the buffer) for every slot of the
@@ -303,30 +310,50 @@ class ODirectStore(RecordStore):
 
     def _load_slots(self, repair: bool) -> None:
         """Rebuild the newest-copy bits, the next sequence number and (sparse) the slot table
-        and free list from every slot; after a crash, clear torn first writes."""
-        torn: list[int] = []
+        and free list from every slot; after a crash, clear torn first writes.
+
+        Sparse keys: a crash can leave one key in two slots (a delete, its slot taken by
+        another key and the key put again, of which only the last write reached the device).
+        The version with the higher sequence number is the key's; an older live one elsewhere
+        is cleared, so that no later reuse of the newer slot brings it back."""
+        clear: list[int] = []  # slots zeroed: torn first writes, superseded live versions
+        newest: dict[int, tuple[int, int, int]] = {}  # key -> (seq, slot, flags) of its newest
         self._newer = bytearray(-(-self._nslots // 8))
         for slot, buf, offsets in self._iter_slots():
             copy, seq, flags, key, _, bad = self._newest(buf, offsets, slot)
             if bad and copy < 0:
                 if not repair:
                     raise CorruptionError(f"slots.dat: slot {slot}: no version passes its checks")
-                torn.append(slot)
+                clear.append(slot)
             if copy >= 0:
                 self._set_newest_copy(slot, copy)
                 self._next_seq = max(self._next_seq, seq + 1)
-            if self._sparse:
-                if copy >= 0 and flags == LIVE:
-                    self._slot_of[key] = slot
-                else:
-                    self._free.append(slot)
+            if not self._sparse:
+                continue
+            if copy < 0:
+                self._free.append(slot)
+                continue
+            older = newest.get(key)
+            if older is None or seq > older[0]:
+                newest[key], older = (seq, slot, flags), older
+            else:
+                older = (seq, slot, flags)
+            if older is not None:
+                self._free.append(older[1])
+                if older[2] == LIVE:
+                    clear.append(older[1])
+        for key, (_, slot, flags) in newest.items():
+            if flags == LIVE:
+                self._slot_of[key] = slot
+            else:
+                self._free.append(slot)
+        heapq.heapify(self._free)
         zero = aligned_buffer(self._vbytes)
-        for slot in torn:  # a first write cut by the crash: it was never acknowledged
+        for slot in clear:  # never acknowledged, or superseded by an acknowledged version
             for copy in (0, 1):
                 self._data.pwrite(zero, self._offset(slot, copy))
-        if torn:
+        if clear:
             self._data.fdatasync()
-        self._free.reverse()  # pop() hands out the lowest free slot first
 
     # -- the record-store primitives -------------------------------------------------------------
     def _put_many(self, pairs: list[tuple[int, bytes]]) -> None:
@@ -337,7 +364,7 @@ class ODirectStore(RecordStore):
             self._slot(k)
         with self._lock:
             versions = []
-            for key, value in pairs:
+            for key, value in dict(pairs).items():  # a key named twice: its last value
                 slot = self._slot(key)
                 if slot is None:
                     slot = self._slot_of[key] = self._new_slot()
@@ -366,9 +393,9 @@ class ODirectStore(RecordStore):
         start = _VERSION.size
         if state != VALID:
             copy, _, flags, found, n, bad = self._read_both(buf, slot)
-            if copy < 0 and bad:
-                with self._lock:  # once more with writers held off: a read racing two
-                    # rewrites of the slot can see both copies torn
+            if bad:
+                with self._lock:  # once more with writers held off: a write of the slot
+                    # running now tears the copy it rewrites, which may be the newest
                     copy, _, flags, found, n, bad = self._read_both(buf, slot)
             if copy < 0:
                 if bad:
@@ -387,7 +414,7 @@ class ODirectStore(RecordStore):
             self._write_versions([(slot, DELETED, key, b"")])
             if self._sparse:
                 del self._slot_of[key]
-                self._free.append(slot)
+                heapq.heappush(self._free, slot)
             self._commit()
 
     def _scan(self) -> Iterator[tuple[int, bytes]]:
