@@ -239,11 +239,13 @@ cdef class RoutingTable:
 
         ``outside_build``: the walk places a new or extended segment, not a member of a
         back-fill or rematerialization build. A missing entry whose enabling entry is not
-        being back-filled is then created here, visible, instead of returned (-1), since
-        outside builds such an entry is never private.
+        being back-filled is then created here instead of returned (-1), since outside
+        builds such an entry is never private; it is made visible once its list holds the
+        segment, so no match finds it empty.
         """
         cdef Py_ssize_t n = offsets.shape[0], e, parent, m
         cdef uint8_t fl
+        cdef bint created
         cdef _Generation g
         while i < n:
             g = self.g
@@ -260,7 +262,8 @@ cdef class RoutingTable:
                 prev = e
                 i += 1
                 continue
-            if e < 0:
+            created = e < 0
+            if created:
                 # Pruning and a queued rematerialization only keep the walk from creating an
                 # entry: an existing one must list every segment with its key, since a match
                 # routes through the deepest entry it finds.
@@ -273,9 +276,11 @@ cdef class RoutingTable:
                     continue
                 if not outside_build or (parent >= 0 and g.ef[parent] & F_REFINING):
                     return i, prev, -1, parent, blocked
-                e = self.add_entry(ids[offsets[i]], F_VISIBLE)
-            self._rewrite(e, -1, seg, filters[i])
+                e = self.add_entry(ids[offsets[i]], 0)
+            self._rewrite(e, -1, seg, filters[i])  # may grow the arena, releasing the GIL
             g = self.g
+            if created:  # visible once its list holds the segment: until then a match
+                g.ef[e] |= F_VISIBLE  # routes through the entry above it
             m = g.er[e] & LEN_MASK
             fl = g.ef[e]
             if ((refinable[i] and refinement and m > tau and not fl & (F_REFINED | F_REFINING))

@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 import sarp
+from sarp._core import routing_table as rt
 from sarp.background import Worker
 from sarp.errors import IndexClosedError
+from sarp.matching import match as match_path
 from tests.closing import close_under_calls
 
 from .helpers import SMALL
@@ -274,3 +276,45 @@ def test_worker_reports_a_failed_job_once_and_runs_the_later_ones():
     worker.submit(fail)
     with pytest.raises(OSError, match="device gone"):
         worker.close()
+
+
+
+class _MatchDuringGrowth(rt.RoutingTable):
+    """A routing table that runs a match of ``query`` each time its posting-list arena grows:
+    where another thread may take the GIL in the middle of a placement."""
+
+    index: sarp.Index
+    query: np.ndarray | None = None
+    before = growths = 0
+    shorter: list[tuple[int, int]]
+
+    def _grow_arena(self, need: int) -> None:
+        self.growths += 1
+        if self.query is not None:
+            got = match_path(self.index.config, self.index.directory, self.index.segments,
+                             self.query, 0)[0]
+            if got.num_blocks < self.before:
+                self.shorter.append((self.before, got.num_blocks))
+        return super()._grow_arena(need)
+
+
+def test_a_new_routing_entry_is_visible_only_with_its_segment(tmp_path) -> None:
+    """Placing a segment may create an entry, then grow the posting-list arena, which releases
+    the GIL (numpy's copy; compaction runs without it): a match running then must not find the
+    new entry with an empty list, which would end its window at 0 blocks."""
+    index = sarp.open(tmp_path / "i", "memory", block_size=1, segment_blocks=64,
+                      max_retrieval=0)
+    table = index.directory.table = _MatchDuringGrowth()
+    table.index, table.shorter = index, []
+    rng = np.random.default_rng(0)
+    for _ in range(1500):
+        tokens = np.concatenate((rng.integers(0, 4, 1),  # a few shared first blocks
+                                 rng.integers(0, 1 << 30, int(rng.integers(1, 60)))))
+        ids = sarp.block_ids(tokens, 1)
+        index.insert(block_ids=ids[:max(1, len(ids) // 4)])  # a segment with one point
+        table.query, table.before = ids, index.match(block_ids=ids).num_blocks
+        index.insert(block_ids=ids)  # extends it: new entries at its later points
+        table.query = None
+    index.close()
+    assert table.growths > 20
+    assert not table.shorter, table.shorter[:3]
