@@ -204,7 +204,7 @@ class Index:
                 stop = self._journal.stop  # a stopped journal stops the next one too
                 self._journal.close(covered=True)
                 self._journal = journal.JournalWriter(
-                    self.io, self.path / journal.FILES.name(seq), seq, stop)
+                    self.io, self.path / journal.FILES.name(seq), seq, self.record_seq, stop)
                 self.epoch = seq
                 with self._counter_lock:
                     self._since_snapshot = 0
@@ -370,7 +370,7 @@ class Index:
         if existing:
             self.recovery = recovery.recover(self)
         self._journal = journal.JournalWriter(
-            self.io, self.path / journal.FILES.name(self.epoch), self.epoch)
+            self.io, self.path / journal.FILES.name(self.epoch), self.epoch, self.record_seq)
         if existing:
             recovery.roll_forward(self, self.recovery)
 
@@ -382,7 +382,8 @@ class Index:
         seqs += [snapshot.FILES.seq(p) for p in snapshot.candidates(self.path)]
         self.epoch = max(seqs, default=0)
         self._journal = journal.JournalWriter(
-            self.io, self.path / journal.FILES.name(self.epoch + 1), self.epoch + 1)
+            self.io, self.path / journal.FILES.name(self.epoch + 1), self.epoch + 1,
+            self.record_seq)
         self.epoch += 1
         self._snapshot()
         self._remove_older_than(self.epoch)

@@ -26,8 +26,9 @@ from storage_backends.io import File, FileIO
 from storage_backends.write_stop import WriteStop
 
 MAGIC = b"SARPJRNL"
-VERSION = 1
-FILE_HEADER = struct.Struct("<8sIIQ")  # magic, version, reserved, snapshot seq
+VERSION = 2
+# magic, version, reserved, snapshot seq, the number of the record appended before the first
+FILE_HEADER = struct.Struct("<8sIIQQ")
 RECORD_HEADER = struct.Struct("<IIQ")  # payload length, reserved, XXH64 of the payload
 PAYLOAD_HEADER = struct.Struct("<QQQI4x")  # record seq, next segment id, new blocks, count
 FILES = Numbered("journal-", ".log")
@@ -63,12 +64,14 @@ class JournalWriter:
     records queued, and the next sync writes them again.
     """
 
-    def __init__(self, io: FileIO, path: Path, snapshot_seq: int,
+    def __init__(self, io: FileIO, path: Path, snapshot_seq: int, after_record: int,
                  stop: WriteStop | None = None):
+        """Open journal ``path``, created (whole or not at all) if missing, its first record
+        to follow record ``after_record``: numbering runs on across journals, empty ones too."""
         self.io = io
         self.path = path
-        if not path.exists():  # created whole or not at all
-            io.publish(path, FILE_HEADER.pack(MAGIC, VERSION, 0, snapshot_seq))
+        if not path.exists():
+            io.publish(path, FILE_HEADER.pack(MAGIC, VERSION, 0, snapshot_seq, after_record))
         self._file: File = io.open(path, direct=False, create=False)
         self._offset = self._file.size()
         self._synced = self._offset  # the end of what the last good sync made durable
@@ -132,6 +135,7 @@ class Replay:
     """What ``read`` found in a journal file: its complete records, its size and the torn tail."""
 
     records: list[Record]
+    after_record: int  # the number of the record appended before its first one
     bytes_read: int
     torn_tail: int  # bytes after the last complete record (a write cut by a crash)
 
@@ -147,7 +151,7 @@ def read(io: FileIO, path: Path, last: bool) -> Replay:
     size = len(raw)
     if size < FILE_HEADER.size:
         raise RecoveryError(f"{path.name}: {size} bytes is shorter than a journal header")
-    magic, version, _, _ = FILE_HEADER.unpack_from(raw)
+    magic, version, _, _, after = FILE_HEADER.unpack_from(raw)
     if magic != MAGIC or version != VERSION:
         raise RecoveryError(f"{path.name}: not a journal of format version {VERSION}")
     records = list(_records(raw, path.name))
@@ -163,7 +167,7 @@ def read(io: FileIO, path: Path, last: bool) -> Replay:
             f.fsync()
         finally:
             f.close()
-    return Replay([r for r, _ in records], size, torn)
+    return Replay([r for r, _ in records], after, size, torn)
 
 
 def _records(raw: bytes, name: str) -> Iterator[tuple[Record, int]]:

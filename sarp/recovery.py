@@ -72,14 +72,21 @@ def recover(index: Index) -> dict[str, Any]:
         replay = journal.read(io, path, last=i == len(chain) - 1)
         report["bytes_read"] += replay.bytes_read
         report["torn_tail_bytes"] += replay.torn_tail
+        if last_seq is not None and replay.after_record != last_seq:
+            raise RecoveryError(
+                f"index at {str(root)!r}: {path.name} starts after record "
+                f"{replay.after_record}, but the journals before it end at record {last_seq}: "
+                "the journal records between them are missing; run `sarp rebuild`")
+        last_seq = replay.after_record
         for rec in replay.records:
-            if last_seq is not None and rec.record_seq != last_seq + 1:
+            if rec.record_seq != last_seq + 1:
                 raise RecoveryError(
                     f"index at {str(root)!r}: {path.name} holds record {rec.record_seq} after "
                     f"record {last_seq}: the journal records between them are missing; run "
                     "`sarp rebuild`")
             last_seq = rec.record_seq
             _replay_record(index, rec, report)
+    index.record_seq = last_seq  # numbering goes on from there, also after empty journals
     redo_pending(index, report)
     report["journal_replay_s"] = time.perf_counter() - t2
     index.epoch = chain[-1][0]
@@ -90,7 +97,6 @@ def recover(index: Index) -> dict[str, Any]:
 def _replay_record(index: Index, rec: journal.Record, report: dict[str, Any]) -> None:
     index.segments.advance_past(rec.next_segment_id - 1)
     index.counters["indexed_blocks"] += rec.new_blocks
-    index.record_seq = max(index.record_seq, rec.record_seq)
     report["journal_records"] += 1
     for seg in index.segments.read_many(rec.segment_ids.tolist()):
         if seg is None:  # written after its last durable point: not acknowledged

@@ -162,20 +162,55 @@ def test_rolled_forward_segments_survive_the_next_recovery(tmp_path):
     assert report["rolled_forward"] == 0
 
 
-def test_a_gap_in_the_journal_records_is_refused(tmp_path):
-    """Journal 0 cut at a record boundary, then read on the way to journal 1 (the newest
-    snapshot is damaged): the record numbers jump, so recovery refuses and names the gap."""
+@pytest.mark.parametrize("cut, message", [
+    ("tail", r"journal-0+1\.log starts after record 6, but the journals before it end at "
+             r"record 5: the journal records between them are missing"),
+    ("middle", r"journal-0+\.log holds record 5 after record 3: the journal records between "
+               r"them are missing")])
+def test_a_gap_in_the_journal_records_is_refused(tmp_path, cut, message):
+    """Records removed whole from journal 0, read on the way to journal 1 (the newest
+    snapshot is damaged): at its end, journal 1's header names the record it follows; in its
+    middle, the next record's number jumps. Recovery refuses and names the gap."""
     path = tmp_path / "i"
     build(path, 0, 12, snapshots_at={5})
     (_, j0), _ = journal.files(path)
-    j0.write_bytes(j0.read_bytes()[:record_ends(j0)[-2]])
+    raw, ends = j0.read_bytes(), record_ends(j0)
+    assert len(ends) == 6  # one record per insert before the snapshot
+    if cut == "tail":
+        j0.write_bytes(raw[:ends[-2]])
+    else:  # record 4
+        j0.write_bytes(raw[:ends[2]] + raw[ends[3]:])
     flip(newest_snapshot(path), 100)
-    with pytest.raises(RecoveryError, match=r"journal-0+1\.log holds record \d+ after record "
-                                            r"\d+: the journal records between them are "
-                                            r"missing"):
+    with pytest.raises(RecoveryError, match=message):
         sarp.open(path, backend="wiredtiger")
     sarp.rebuild(path, backend="wiredtiger")
     assert_all_match(path, 12)
+
+
+def test_record_numbers_go_on_across_reopens_so_the_fallback_replays(tmp_path):
+    """Each session ends with a snapshot and an empty journal; the next session's records
+    follow the last one written before it, so when the newest snapshot is damaged, the
+    previous one and every journal after it replay without a gap."""
+    path = tmp_path / "i"
+    with sarp.open(path, backend="wiredtiger", **CONFIG) as index:
+        for i in range(0, 8):
+            insert(index, i)
+    with sarp.open(path, backend="wiredtiger") as index:
+        for i in range(8, 16):
+            insert(index, i)
+    with sarp.open(path, backend="wiredtiger", snapshot_on_close=False) as index:
+        for i in range(16, 20):
+            insert(index, i)
+    numbers = [[r.record_seq for r in journal.read(FileIO(), p, last=True).records]
+               for _, p in journal.files(path)]
+    flat = [n for ns in numbers for n in ns]
+    assert flat == list(range(flat[0], flat[0] + len(flat))) and len(numbers) == 2
+    flip(newest_snapshot(path), 100)
+    report = assert_all_match(path, 20)
+    assert report["journal_records"] == len(flat)
+    with sarp.open(path, backend="wiredtiger") as index:  # and the numbering goes on
+        insert(index, 20)
+        assert index.record_seq == flat[-1] + 1
 
 
 def test_journal_record_naming_unstored_segments_is_skipped(tmp_path):
@@ -187,7 +222,7 @@ def test_journal_record_naming_unstored_segments_is_skipped(tmp_path):
     records = journal.read(FileIO(), jpath, last=True).records
     last = records[-1]
     missing = [last.next_segment_id, last.next_segment_id + 1]
-    w = journal.JournalWriter(FileIO(), jpath, seq)
+    w = journal.JournalWriter(FileIO(), jpath, seq, 0)
     w.append(journal.Record(last.record_seq + 1, last.next_segment_id + 2, 7,
                             np.array(missing, dtype=np.uint64)))
     w.close()
@@ -253,7 +288,7 @@ def test_journal_writes_behind_once_enough_records_wait(tmp_path):
     """Records are written, unsynced, once WRITE_BEHIND bytes wait: memory stays bounded
     when a ``group`` index is never flushed."""
     path = tmp_path / "j.log"
-    w = journal.JournalWriter(FileIO(), path, 0)
+    w = journal.JournalWriter(FileIO(), path, 0, 0)
     header = path.stat().st_size
     rec = journal.Record(1, 2, 3, np.arange(4, dtype=np.uint64))
     size = len(journal.encode_record(rec))
