@@ -85,6 +85,8 @@ class Index:
         self.epoch = 0  # the newest snapshot's sequence number (0: none yet)
         self.record_seq = 0
         self.recovery: dict[str, Any] = {}
+        #: numbers of the snapshots recovery found unusable: never kept as the fallback
+        self.unusable_snapshots: set[int] = set()
         self._journal: journal.JournalWriter | None = None
         self._dir_lock = threading.RLock()  # routing-directory writers
         self._journal_lock = threading.Lock()  # journal records, record_seq, journal switches
@@ -201,23 +203,40 @@ class Index:
                     seq, self.config_digest, self.segments.next_id,
                     self.counters["indexed_blocks"], keys, flags, lengths, segs, filters,
                     self.directory.table.table_slots())
-                stop = self._journal.stop  # a stopped journal stops the next one too
-                self._journal.close(covered=True)
-                self._journal = journal.JournalWriter(
-                    self.io, self.path / journal.FILES.name(seq), seq, self.record_seq, stop)
-                self.epoch = seq
+                self._switch_journal(seq)
                 with self._counter_lock:
                     self._since_snapshot = 0
                     self._last_snapshot = time.monotonic()
             self.store.flush()  # every segment the snapshot names is durable first
             path, nbytes = snapshot.write(self.io, self.path, state)
-            # the fallback stays: the newest older snapshot and the journals from it on (a
-            # crash between a journal switch and its snapshot leaves a number unused)
-            older = [n for n, _ in snapshot.FILES.files(self.path) if n < seq]
+            # the fallback stays: the newest older usable snapshot and the journals from it on
+            # (a crash between a journal switch and its snapshot leaves a number unused)
+            older = [n for n, _ in snapshot.FILES.files(self.path)
+                     if n < seq and n not in self.unusable_snapshots]
             self._remove_older_than(max(older, default=0))
             self._count(snapshots=1)
             return {"path": str(path), "seq": seq, "bytes": nbytes, "entries": len(keys),
                     "refs": len(segs), "seconds": time.perf_counter() - t0}
+
+    def _switch_journal(self, seq: int) -> None:
+        """Close journal N, every record durable, then start journal ``seq`` after it. If the
+        new one cannot be created (a full disk), journal N is opened again and takes the
+        inserts, so the index goes on; a new file left behind is removed, as its header would
+        name a record that journal N's later ones pass."""
+        old = self._journal
+        stop = old.stop  # a stopped journal stops the next one too
+        old.close(covered=True)
+        path = self.path / journal.FILES.name(seq)
+        try:
+            self._journal = journal.JournalWriter(self.io, path, seq, self.record_seq, stop)
+        except BaseException:
+            if path.exists():
+                self.io.unlink(path)
+                self.io.fsync_dir(self.path)
+            self._journal = journal.JournalWriter(self.io, old.path, self.epoch,
+                                                  self.record_seq, stop)
+            raise
+        self.epoch = seq
 
     @_call
     def drain(self) -> None:

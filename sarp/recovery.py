@@ -33,6 +33,7 @@ def recover(index: Index) -> dict[str, Any]:
                                   rolled_forward=0, redone_builds=0, faults=[])
     loaded = None
     for path in snapshot.candidates(root):
+        index.unusable_snapshots.add(snapshot.FILES.seq(path))  # unless it loads (below)
         try:
             got = snapshot.load(io, path)
         except CorruptionError as exc:
@@ -49,6 +50,7 @@ def recover(index: Index) -> dict[str, Any]:
         except ValueError as exc:  # passed its checksum, yet not a table we wrote
             report["faults"].append(f"{path.name}: {exc}")
             continue
+        index.unusable_snapshots.discard(snapshot.FILES.seq(path))
         loaded = got
         index.directory.table = table
         index.segments.advance_past(s.next_segment_id - 1)

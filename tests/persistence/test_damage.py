@@ -82,6 +82,23 @@ def test_damaged_newest_snapshot_falls_back_to_the_previous_one(tmp_path, damage
     assert len(report["faults"]) == 1 and snap.name in report["faults"][0]
 
 
+def test_after_a_fallback_the_next_snapshot_keeps_a_usable_one(tmp_path):
+    """Recovery skipped the damaged snapshot 2 for snapshot 1: the next snapshot keeps
+    snapshot 1 and its journals as its fallback, not the damaged file."""
+    path = tmp_path / "i"
+    build(path, 0, 12, snapshots_at={3, 7})
+    flip(newest_snapshot(path), 100)
+    with sarp.open(path, backend="wiredtiger") as index:
+        assert index.recovery["snapshot"] == snapshot.FILES.name(1)
+        insert(index, 12)
+        index.snapshot()
+    assert [snapshot.FILES.seq(p) for p in snapshot.candidates(path)] == [3, 2, 1]
+    assert [seq for seq, _ in journal.files(path)] == [1, 2, 3]
+    flip(newest_snapshot(path), 100)  # snapshot 3: recovery goes back to 1 again
+    report = assert_all_match(path, 13)
+    assert report["snapshot"] == snapshot.FILES.name(1)
+
+
 def test_no_verifiable_state_fails_naming_file_and_fault(tmp_path):
     path = tmp_path / "i"
     build(path, 0, 30, snapshots_at={9, 19})  # journal 0 is gone after the second snapshot

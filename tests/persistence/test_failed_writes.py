@@ -207,3 +207,50 @@ def test_a_journal_write_that_fails_at_close_keeps_the_file_and_a_later_close_wr
     writer.close()
     replay = journal.read(io, path, last=True)
     assert [r.record_seq for r in replay.records] == [1, 2] and replay.torn_tail == 0
+
+
+@pytest.mark.parametrize("fail_at", ["write", "rename"])
+def test_a_journal_switch_that_fails_keeps_the_index_going(fail_at: str,
+                                                           tmp_path: Path) -> None:
+    """A snapshot whose new journal cannot be created (a full disk) raises, and the index
+    goes on in the journal it had, leaving no new journal behind; a later snapshot succeeds,
+    and after a power cut every insert is there, from the fallback snapshot too."""
+    io = PowerLossIO(0)
+    path = tmp_path / "i"
+    index = sarp.open(path, backend="odirect", direct_io=False, store_options={"io": io},
+                      _io=io, **CONFIG)
+    for i in range(4):
+        _insert(index, i)
+    real_write, real_rename = io._pwrite, io.rename
+
+    def full_disk(f, buf, offset):  # type: ignore[no-untyped-def]
+        if f.path.name.startswith("journal-"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_write(f, buf, offset)
+
+    def rename_then_fail(src, dst):  # type: ignore[no-untyped-def]
+        real_rename(src, dst)
+        if Path(dst).name.startswith("journal-"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    if fail_at == "write":
+        io._pwrite = full_disk  # type: ignore[method-assign]
+    else:
+        io.rename = rename_then_fail  # type: ignore[method-assign]
+    with pytest.raises(OSError, match="No space left"):
+        index.snapshot()
+    io._pwrite, io.rename = real_write, real_rename  # type: ignore[method-assign]
+    assert [seq for seq, _ in journal.files(path)] == [0]
+    for i in range(4, 8):
+        _insert(index, i)
+    index.snapshot()
+    _insert(index, 8)
+    io.crash("drop")
+    for damage_newest in (False, True):
+        if damage_newest:
+            newest = sorted(path.glob("snapshot-*"))[-1]
+            newest.write_bytes(b"damaged")
+        with sarp.open(path) as again:
+            assert bool(again.recovery["faults"]) == damage_newest
+            for i in range(9):
+                assert check_match(again, i) == _full(i), i
