@@ -230,13 +230,17 @@ class Index:
         try:
             self._journal = journal.JournalWriter(self.io, path, seq, self.record_seq, stop)
         except BaseException:
-            if path.exists():
-                self.io.unlink(path)
-                self.io.fsync_dir(self.path)
-            self._journal = journal.JournalWriter(self.io, old.path, self.epoch,
-                                                  self.record_seq, stop)
+            try:  # a failed sync here stops inserts: the file might outlive a power cut
+                stop.run(lambda: self._unlink_durably(path))
+            finally:
+                self._journal = journal.JournalWriter(self.io, old.path, self.epoch,
+                                                      self.record_seq, stop)
             raise
         self.epoch = seq
+
+    def _unlink_durably(self, path: Path) -> None:
+        self.io.unlink(path)
+        self.io.fsync_dir(self.path)
 
     @_call
     def drain(self) -> None:

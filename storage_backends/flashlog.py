@@ -17,7 +17,7 @@ from typing import Any
 
 from sarp._core.hashing import xxh64
 from sarp.checks import check_int
-from sarp.errors import ConfigMismatchError, CorruptionError
+from sarp.errors import ConfigMismatchError, CorruptionError, SyncFailedError
 from storage_backends import bloom
 from storage_backends.base import RecordStore, check_io
 from storage_backends.flashlog_log import BATCH_END, MAX_PAGE_KEYS, PUT, REC, TOMBSTONE, PageLog
@@ -183,19 +183,25 @@ class FlashLogStore(RecordStore):
 
         Crash-safe: the new log is synced before MANIFEST names it, and the old one is removed
         only after. Buffered records stay in the WAL, which is rotated to the new log. If the
-        copy fails (a full disk, say), the new log is removed and the old one stays the store's,
-        so a later compaction starts from an empty file.
+        copy or MANIFEST's write fails (a full disk, say), the new log is removed and the old
+        one stays the store's. A failed sync (of MANIFEST's directory too) leaves it unknown
+        which log MANIFEST names: both files stay, writes stop, and the next open finds out.
+        A compaction's log starts empty, whatever an earlier one left under its name.
         """
         old = self._log
         new = self._new_log(old.number + 1)
         try:
+            new.file.truncate(0)
             self._copy_live(old, new)
             new.file.fdatasync()
+            self._write_manifest(new, 0, 0)
+        except SyncFailedError:
+            new.close()
+            raise
         except BaseException:
             new.close()
             self._io.unlink(new.path)
             raise
-        self._write_manifest(new, 0, 0)
         self._log = new
         self._garbage = 0
         assert self._wal is not None

@@ -129,7 +129,14 @@ class FileIO:
         f = self.open(path, direct=False, create=False)
         try:
             data = bytearray(f.size())
-            f.pread(data, 0)
+            view, n = memoryview(data), 0
+            while n < len(data):  # one read returns at most about 2 GiB
+                got = f.pread(view[n:], n)
+                if got == 0:  # cut short while read
+                    del view
+                    del data[n:]
+                    break
+                n += got
         finally:
             f.close()
         return data
@@ -207,10 +214,16 @@ class FileIO:
 
     # -- directories -----------------------------------------------------------------------
     def fsync_dir(self, path: str | Path) -> None:
-        """fsync the directory ``path`` so that creates, renames and unlinks in it are durable."""
+        """fsync the directory ``path`` so that creates, renames and unlinks in it are durable.
+
+        A failure raises SyncFailedError, as for a file: whether the entries are on the
+        device is then unknown (a file just published may be missing after a power cut)."""
         fd = os.open(path, os.O_RDONLY)
         try:
             os.fsync(fd)
+        except OSError as e:
+            raise SyncFailedError(e.errno, f"sync of directory {Path(path).name} failed: "
+                                           f"{e.strerror}") from e
         finally:
             os.close(fd)
         self._add(dir_fsyncs=1)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import errno
+import os
 import random
+import stat
 from pathlib import Path
 
 import pytest
 
-from sarp.errors import ConfigMismatchError
+from sarp.errors import ConfigMismatchError, SyncFailedError, WritesStoppedError
 from storage_backends import open_store
 from storage_backends.flashlog import FlashLogStore
 from storage_backends.flashlog_log import PageLog
@@ -100,31 +102,57 @@ def test_instances_are_fixed_at_creation(tmp_path: Path) -> None:
         assert s.stats()["instances"] == 8
 
 
+class _FullDisk(FileIO):
+    """Fails the first write of MANIFEST once armed (a full disk); ``keep`` names files whose
+    unlink does nothing (as if it failed)."""
+
+    armed = False
+    keep: tuple[str, ...] = ()
+    failed: list[str]
+
+    def _pwrite(self, f, buf, offset):  # type: ignore[no-untyped-def]
+        if self.armed and f.path.name == "MANIFEST.tmp":
+            self.armed = False
+            self.failed.append("MANIFEST")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        super()._pwrite(f, buf, offset)
+
+    def unlink(self, p):  # type: ignore[no-untyped-def]
+        if Path(p).name not in self.keep:
+            super().unlink(p)
+
+
+@pytest.mark.parametrize("fail_at", ["copy", "manifest"])
 def test_a_failed_compaction_removes_its_new_log_and_loses_nothing(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A compaction that fails before MANIFEST names its new log (here the disk is full while
-    live records are copied) raises from the put that triggered it, removes that log, keeps
-    every record (that put's included), and the next compaction succeeds."""
+        fail_at: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compaction that fails before MANIFEST names its new log (the disk is full while live
+    records are copied, or while MANIFEST is written) raises from the put that triggered it,
+    removes that log, keeps every record (that put's included), and the next compaction
+    succeeds."""
     path = tmp_path / "s"
     real_append = PageLog.append
-    failed = []
+    io = _FullDisk()
+    io.failed = []
 
     def append(log: PageLog, inst: int, recs: list) -> None:
-        if log.number > 1 and not failed:  # the first compaction's new log (log.2)
-            failed.append(log.path)
+        if log.number > 1 and not io.failed:  # the first compaction's new log (log.2)
+            io.failed.append("copy")
             raise OSError(errno.ENOSPC, "No space left on device")
         real_append(log, inst, recs)
 
-    monkeypatch.setattr(PageLog, "append", append)
+    if fail_at == "copy":
+        monkeypatch.setattr(PageLog, "append", append)
     rng = random.Random(7)
     keys = list(range(2000))
     last: dict[int, bytes] = {}
-    with _open(path) as s:
+    with _open(path, io=io) as s:
+        io.armed = fail_at == "manifest"
         with pytest.raises(OSError, match="No space left"):
             for _ in range(8):
                 last = {k: rng.randbytes(VALUE) for k in keys}
                 s.put_many(last.items())
-        assert failed and not failed[0].exists()
+        assert io.failed == [fail_at.upper() if fail_at == "manifest" else fail_at]
+        assert not (path / "log.2").exists()
         assert s.stats()["compactions"] == 0
         assert dict(s.scan()) == last  # the put that raised was applied whole
         for _ in range(8):
@@ -133,4 +161,89 @@ def test_a_failed_compaction_removes_its_new_log_and_loses_nothing(
         assert s.stats()["compactions"] >= 1
     with _open(path) as s:
         assert dict(s.scan()) == last
+        assert len(list(path.glob("log.*"))) == 1
+
+
+def test_a_compaction_log_left_behind_is_started_empty(tmp_path: Path) -> None:
+    """A failed compaction whose log could not be removed either leaves it under the next
+    log number. The next compaction starts that file empty, so none of its pages is left past
+    the new end: one that starts at a page boundary there would pass its checks at open (same
+    log number, same seeds) and be read as the newest version of its keys."""
+    path = tmp_path / "s"
+    io = _FullDisk()
+    io.failed, io.keep = [], ("log.2",)
+    with _open(path, io=io, instances=1, memory_budget=1 << 20) as s:
+        size = s.stats()["page_target_bytes"] - 13  # one record fills one page
+        value = [bytes([v]) * size for v in range(256)]
+        last = {k: value[k] for k in range(10)}
+        s.put_many(last.items())
+        io.armed = True
+        with pytest.raises(OSError, match="No space left"):
+            for v in range(10, 256):  # until the compaction that fails
+                last[v % 10] = value[v]
+                s.put(v % 10, value[v])
+        assert (path / "log.2").exists()
+        left = (path / "log.2").stat().st_size
+        for k in range(5, 10):
+            s.delete(k)
+            del last[k]
+        v = 200
+        while s.stats()["compactions"] == 0:  # the next compaction writes log.2 again
+            last[v % 5] = value[v]
+            s.put(v % 5, value[v])
+            v += 1
+        assert (path / "log.2").stat().st_size < left
+    with _open(path, instances=1, memory_budget=1 << 20) as s:
+        assert dict(s.scan()) == last
+
+
+@pytest.mark.parametrize("rename_survives", [True, False])
+def test_a_compaction_whose_manifest_directory_sync_fails_stops_writes(
+        rename_survives: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MANIFEST is renamed, then its directory fsync fails: whether it names the new log
+    after a power cut is unknown. Writes stop, both logs stay, and the next open serves every
+    acknowledged record whichever MANIFEST the device kept."""
+
+    class DirSyncFails(FileIO):
+        armed = False
+        fail_next = False
+
+        def rename(self, src, dst):  # type: ignore[no-untyped-def]
+            super().rename(src, dst)
+            self.fail_next = self.armed and Path(dst).name == "MANIFEST"
+
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        if io.fail_next and stat.S_ISDIR(os.fstat(fd).st_mode):
+            io.armed = io.fail_next = False
+            raise OSError(errno.EIO, "Input/output error")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    path = tmp_path / "s"
+    io = DirSyncFails()
+    rng = random.Random(9)
+    keys = list(range(2000))
+    acked: dict[int, bytes] = {}
+    s = open_store("flashlog", path, durability="sync", memory_budget=4 << 20, instances=4,
+                   io=io)
+    before = (path / "MANIFEST").read_bytes()
+    io.armed = True
+    with pytest.raises(SyncFailedError):
+        for _ in range(8):
+            batch = {k: rng.randbytes(VALUE) for k in keys}
+            s.put_many(batch.items())
+            acked = batch
+    with pytest.raises(WritesStoppedError):
+        s.put(1, b"x")
+    assert s.stats()["writes_stopped"]
+    s.close()
+    assert sorted(p.name for p in path.glob("log.*")) == ["log.1", "log.2"]
+    if not rename_survives:
+        (path / "MANIFEST").write_bytes(before)
+    with _open(path) as s:
+        got = dict(s.scan())
+        assert sorted(got) == keys
+        assert all(got[k] in (acked[k], batch[k]) for k in keys)
         assert len(list(path.glob("log.*"))) == 1

@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from sarp.errors import BadLengthError, BadMagicError, ChecksumError, StoreLockedError
+from sarp.errors import (
+    BadLengthError,
+    BadMagicError,
+    ChecksumError,
+    StoreLockedError,
+    SyncFailedError,
+)
 from storage_backends import io as sio
 from storage_backends.io import FileIO, PowerLossIO, aligned_buffer, block_size
 from storage_backends.superblock import read_superblock, write_superblock
@@ -120,6 +126,43 @@ def test_power_loss_tear_cuts_the_last_write_at_a_sector(tmp_path: Path) -> None
     cut = data.count(b"b")
     assert cut % 512 == 0 and cut < 4096
     assert data == b"b" * cut + b"a" * (4096 - cut)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_power_loss_reorder_keeps_only_a_prefix_of_the_newest_write(seed: int,
+                                                                    tmp_path: Path) -> None:
+    io = PowerLossIO(seed)
+    path = tmp_path / "f"
+    _write(io, path, [(0, b"a" * 4096), (0, b"b" * 4096), (4096, b"c" * 2048),
+                      (0, b"d" * 4096)], sync_after=0)
+    io.crash("reorder")
+    data = path.read_bytes()
+    cut = data.count(b"d")
+    assert cut % 512 == 0 and cut <= 4096
+    assert data == b"d" * cut + b"a" * (4096 - cut)
+
+
+def test_read_whole_reads_on_after_a_short_read(tmp_path: Path) -> None:
+    """One read returns at most about 2 GiB on Linux: ``read_whole`` reads until it has
+    the whole file (here every read returns at most 1000 bytes)."""
+
+    class ShortReads(FileIO):
+        def _pread(self, f, buf, offset):  # type: ignore[no-untyped-def]
+            return super()._pread(f, memoryview(buf)[:1000], offset)
+
+    data = os.urandom(10_000)
+    (tmp_path / "f").write_bytes(data)
+    assert ShortReads().read_whole(tmp_path / "f") == data
+
+
+def test_a_failed_directory_sync_raises_sync_failed(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing_fsync(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(sio.os, "fsync", failing_fsync)
+    with pytest.raises(SyncFailedError, match="sync of directory"):
+        FileIO().fsync_dir(tmp_path)
 
 
 def test_power_loss_keeps_renamed_files_tracked(tmp_path: Path) -> None:

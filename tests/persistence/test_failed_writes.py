@@ -20,7 +20,7 @@ import pytest
 
 import sarp
 from sarp import journal
-from sarp.errors import CorruptionError, WritesStoppedError
+from sarp.errors import CorruptionError, SyncFailedError, WritesStoppedError
 from storage_backends import open_store
 from storage_backends.io import FileIO, PowerLossIO
 from storage_backends.write_stop import WriteStop
@@ -209,19 +209,24 @@ def test_a_journal_write_that_fails_at_close_keeps_the_file_and_a_later_close_wr
     assert [r.record_seq for r in replay.records] == [1, 2] and replay.torn_tail == 0
 
 
-@pytest.mark.parametrize("fail_at", ["write", "rename"])
+@pytest.mark.parametrize("fail_at", ["write", "rename", "directory sync",
+                                     "directory sync, twice"])
 def test_a_journal_switch_that_fails_keeps_the_index_going(fail_at: str,
                                                            tmp_path: Path) -> None:
-    """A snapshot whose new journal cannot be created (a full disk) raises, and the index
-    goes on in the journal it had, leaving no new journal behind; a later snapshot succeeds,
-    and after a power cut every insert is there, from the fallback snapshot too."""
+    """A snapshot whose new journal cannot be created (a full disk, or a failed fsync of the
+    directory after its rename) raises, and the index goes on in the journal it had, leaving
+    no new journal behind; a later snapshot succeeds, and after a power cut every insert is
+    there, from the fallback snapshot too. If the new journal cannot be removed durably
+    either (the directory fsync fails again), it might outlive a power cut and break the
+    chain of record numbers: inserts stop until the index is reopened."""
     io = PowerLossIO(0)
     path = tmp_path / "i"
     index = sarp.open(path, backend="odirect", direct_io=False, store_options={"io": io},
                       _io=io, **CONFIG)
     for i in range(4):
         _insert(index, i)
-    real_write, real_rename = io._pwrite, io.rename
+    real_write, real_rename, real_dir_sync = io._pwrite, io.rename, io.fsync_dir
+    dir_failures = [2 if fail_at.endswith("twice") else 1]
 
     def full_disk(f, buf, offset):  # type: ignore[no-untyped-def]
         if f.path.name.startswith("journal-"):
@@ -231,16 +236,34 @@ def test_a_journal_switch_that_fails_keeps_the_index_going(fail_at: str,
     def rename_then_fail(src, dst):  # type: ignore[no-untyped-def]
         real_rename(src, dst)
         if Path(dst).name.startswith("journal-"):
-            raise OSError(errno.ENOSPC, "No space left on device")
+            if fail_at == "rename":
+                raise OSError(errno.ENOSPC, "No space left on device")
+            io.fsync_dir = failing_dir_sync  # type: ignore[method-assign]
+
+    def failing_dir_sync(directory):  # type: ignore[no-untyped-def]
+        dir_failures[0] -= 1
+        if dir_failures[0] >= 0:
+            raise SyncFailedError(errno.EIO, "sync of directory failed")
+        real_dir_sync(directory)
 
     if fail_at == "write":
         io._pwrite = full_disk  # type: ignore[method-assign]
     else:
         io.rename = rename_then_fail  # type: ignore[method-assign]
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(OSError, match="No space left|sync of directory failed"):
         index.snapshot()
-    io._pwrite, io.rename = real_write, real_rename  # type: ignore[method-assign]
+    io._pwrite, io.rename, io.fsync_dir = (  # type: ignore[method-assign]
+        real_write, real_rename, real_dir_sync)
     assert [seq for seq, _ in journal.files(path)] == [0]
+    if fail_at.endswith("twice"):
+        with pytest.raises(WritesStoppedError):
+            _insert(index, 4)
+        assert index.stats()["writes_stopped"]
+        index.close()
+        with sarp.open(path) as again:
+            for i in range(4):
+                assert check_match(again, i) == _full(i), i
+        return
     for i in range(4, 8):
         _insert(index, i)
     index.snapshot()
