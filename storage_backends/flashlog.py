@@ -66,19 +66,23 @@ class FlashLogStore(RecordStore):
             if header.number == closed_wal and blocks < closed_blocks:
                 raise CorruptionError(f"wal.{closed_wal}: block {blocks} fails its checks")
             synced = header.synced_blocks if header.log_number == log_no else log_synced
-            self._log = self._new_log(log_no)
-            self._log.recover(synced)
-            self._garbage = header.garbage
             self._wal: Wal | None = None
-            for batch in batches:
-                for t, k, v in batch:
-                    self._apply_delete(k) if t == TOMBSTONE else self._apply(k, v)
-            self._rotate_wal(header.number + 1)
-            for n in wals:
-                self._io.unlink(wal_path(self.path, n))
-            for p in self.path.glob("log.*"):
-                if p != self._log.path:
-                    self._io.unlink(p)
+            self._log = self._new_log(log_no)
+            try:
+                self._log.recover(synced)
+                self._garbage = header.garbage
+                for batch in batches:
+                    for t, k, v in batch:
+                        self._apply_delete(k) if t == TOMBSTONE else self._apply(k, v)
+                self._rotate_wal(header.number + 1)
+                for n in wals:
+                    self._io.unlink(wal_path(self.path, n))
+                for p in self.path.glob("log.*"):
+                    if p != self._log.path:
+                        self._io.unlink(p)
+            except BaseException:
+                self._close_files()
+                raise
 
     # -- files ---------------------------------------------------------------------------------
     def _open_manifest(self, instances: int | None) -> tuple[int, ...]:
@@ -280,16 +284,20 @@ class FlashLogStore(RecordStore):
     def _close(self) -> None:
         with self._lock:
             assert self._wal is not None
-            self._rotate_wal(self._wal.header.number + 1)  # reopening replays just the buffers
-            self._write_manifest(self._log, self._wal.header.number, self._wal.next)
-            self._wal.close()
-            self._log.close()
+            try:
+                self._rotate_wal(self._wal.header.number + 1)  # reopening replays the buffers
+                self._write_manifest(self._log, self._wal.header.number, self._wal.next)
+            finally:
+                self._close_files()
 
     def _abandon(self) -> None:
         with self._lock:  # no WAL rotation, no MANIFEST: the next open replays the WAL
-            assert self._wal is not None
+            self._close_files()
+
+    def _close_files(self) -> None:
+        if self._wal is not None:
             self._wal.close()
-            self._log.close()
+        self._log.close()
 
     def _engine_stats(self) -> dict[str, Any]:
         with self._lock:

@@ -58,18 +58,23 @@ class Wal:
         self.path = wal_path(directory, header.number)
         tmp = self.path.with_name(self.path.name + ".tmp")
         self.file = io.open(tmp, direct=direct)
-        self.file.truncate(0)
-        head = aligned_buffer(block)
-        head[:_HEAD.size] = _HEAD.pack(WAL_MAGIC, WAL_VERSION, header.number, header.log_number,
-                                       header.synced_blocks, header.garbage)
-        seal(head, 0, block, _seed(self.header.number, 0))
-        self.file.pwrite(head, 0)
-        self.next = 1
-        self.pending = bytearray(initial)
-        self._write(whole_only=False)
-        self.file.fdatasync()
-        io.rename(tmp, self.path)
-        io.fsync_dir(directory)
+        try:
+            self.file.truncate(0)
+            head = aligned_buffer(block)
+            head[:_HEAD.size] = _HEAD.pack(WAL_MAGIC, WAL_VERSION, header.number,
+                                           header.log_number, header.synced_blocks,
+                                           header.garbage)
+            seal(head, 0, block, _seed(self.header.number, 0))
+            self.file.pwrite(head, 0)
+            self.next = 1
+            self.pending = bytearray(initial)
+            self._write(whole_only=False)
+            self.file.fdatasync()
+            io.rename(tmp, self.path)
+            io.fsync_dir(directory)
+        except BaseException:
+            self.file.close()
+            raise
         self.dirty = False
 
     def append(self, record: bytes) -> None:

@@ -82,21 +82,30 @@ class ODirectStore(RecordStore):
             self._extent_bytes = self._extent * self._slot_bytes
             self._dense_limit = MAX_FILE_BYTES // self._extent_bytes * self._extent
             self._data = self._io.open(self.path / "slots.dat", direct=self.direct_io)
-            self._local = threading.local()  # each reader thread's aligned read buffer
-            self._run_max = max(1, RUN_BYTES // self._vbytes)  # versions per write call
-            self._wbuf = aligned_buffer(self._vbytes)  # grown to the longest run written
-            #: slots the file has room for: whole extents
-            self._nslots = -(-self._data.size() // self._extent_bytes) * self._extent
-            self._slot_of: dict[int, int] = {}
-            self._free: list[int] = []  # a heap: the lowest free slot first
-            #: slots written since the last sync: a rewrite goes to the same copy again, so
-            #: the copy holding the slot's last synced version stays whole
-            self._unsynced: set[int] = set()
-            #: bit s set: copy 1 of slot s holds the newest version (else copy 0, or none)
-            self._newer = bytearray()
-            if self._sparse or not clean or not self._load_copies():
-                self._load_slots(repair=not clean)
-            self._write_header(clean=False)
+            try:
+                self._open_slots(clean)
+            except BaseException:
+                self._data.close()
+                raise
+
+    def _open_slots(self, clean: bool) -> None:
+        """Set up the in-memory state over the open slot file and mark the store open
+        (HEADER's clean flag cleared)."""
+        self._local = threading.local()  # each reader thread's aligned read buffer
+        self._run_max = max(1, RUN_BYTES // self._vbytes)  # versions per write call
+        self._wbuf = aligned_buffer(self._vbytes)  # grown to the longest run written
+        #: slots the file has room for: whole extents
+        self._nslots = -(-self._data.size() // self._extent_bytes) * self._extent
+        self._slot_of: dict[int, int] = {}
+        self._free: list[int] = []  # a heap: the lowest free slot first
+        #: slots written since the last sync: a rewrite goes to the same copy again, so
+        #: the copy holding the slot's last synced version stays whole
+        self._unsynced: set[int] = set()
+        #: bit s set: copy 1 of slot s holds the newest version (else copy 0, or none)
+        self._newer = bytearray()
+        if self._sparse or not clean or not self._load_copies():
+            self._load_slots(repair=not clean)
+        self._write_header(clean=False)
 
     # -- header and the saved newest-copy bits -------------------------------------------------
     def _open_header(self, key_mode: str | None, max_value_size: int | None) -> bool:
@@ -276,12 +285,10 @@ class ODirectStore(RecordStore):
 
     # -- slots of keys -------------------------------------------------------------------------
     def _slot(self, key: int) -> int | None:
+        """The slot holding ``key``, if it may have one (dense: every key in the key space)."""
         if self._sparse:
             return self._slot_of.get(key)
-        if key >= self._dense_limit:
-            raise ValueError(f"key {key} is beyond the dense key space (< {self._dense_limit}: "
-                             f"slots of {self._slot_bytes} bytes up to a 16 TiB file)")
-        return key
+        return key if key < self._dense_limit else None
 
     def _new_slot(self) -> int:
         """A slot for a new sparse key: the lowest free one; when none is free, the file gains
@@ -361,7 +368,10 @@ class ODirectStore(RecordStore):
             if len(v) > self._max_value:
                 raise ValueError(f"value of {len(v)} bytes exceeds max_value_size="
                                  f"{self._max_value}")
-            self._slot(k)
+            if not self._sparse and k >= self._dense_limit:
+                raise ValueError(f"key {k} is beyond the dense key space (< "
+                                 f"{self._dense_limit}: slots of {self._slot_bytes} bytes up "
+                                 "to a 16 TiB file)")
         with self._lock:
             versions = []
             for key, value in dict(pairs).items():  # a key named twice: its last value
@@ -437,10 +447,12 @@ class ODirectStore(RecordStore):
 
     def _close(self) -> None:
         with self._lock:
-            self._data.fdatasync()
-            self._save_copies()
-            self._write_header(clean=True)
-            self._data.close()
+            try:
+                self._data.fdatasync()
+                self._save_copies()
+                self._write_header(clean=True)
+            finally:
+                self._data.close()
 
     def _abandon(self) -> None:
         with self._lock:  # HEADER keeps clean = 0: the next open checks every slot

@@ -52,6 +52,10 @@ def test_dense_keys_are_slots(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match=f"key {limit} is beyond the dense key space"):
             s.put_many([(60, b"early"), (limit, b"x")])
         assert s.get(60) is None
+        # no key there is stored: a get finds none and a delete does nothing, as for any
+        # missing key
+        assert s.get(limit) is None and s.get_many([8, 1 << 60]) == [bytes([8]) * 10, None]
+        s.delete(1 << 60)
     with _open(path) as s:
         assert s.stats()["key_mode"] == "dense"
         assert s.get(7) is None and s.get(8) == bytes([8]) * 10

@@ -7,6 +7,7 @@ byte is caught by a checksum; sync, group and none issue the syncs they promise.
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -267,3 +268,31 @@ def test_odirect_torn_run_keeps_a_prefix_of_its_new_keys(tmp_path: Path, seed: i
         present = [v is not None for v in got]
         assert present == sorted(present, reverse=True)  # a prefix of the run
         assert all(v in (None, bytes([i]) * 3000) for i, v in enumerate(got))
+
+
+def _open_files_under(directory: Path) -> list[str]:
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(directory)):
+            out.append(Path(target).name)
+    return sorted(out)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_open_that_finds_damage_leaves_no_file_open(kind: str, tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    with _open(kind, path, "sync") as s:
+        for k in range(200):
+            s.put(k, bytes([k]) * 3000)
+    data = path / ("log.1" if kind == "flashlog" else "slots.dat")
+    raw = bytearray(data.read_bytes())
+    raw[100 if kind == "flashlog" else raw.find(bytes([7]) * 3000) + 10] ^= 1
+    data.write_bytes(bytes(raw))
+    for _ in range(3):
+        with pytest.raises(CorruptionError):
+            _open(kind, path)
+    assert _open_files_under(path) == []
