@@ -202,4 +202,5 @@ class RoutingDirectory:
     def stats(self) -> dict[str, int]:
         t = self.table
         return {"routing_entries": int(t.n_entries), "routing_refs": int(t.live_refs),
-                "routing_bytes": int(t.nbytes()), "pending_backfills": len(self.backfills)}
+                "routing_bytes": int(t.nbytes()), "pending_backfills": len(self.backfills),
+                "routing_refs_skipped": int(t.refs_skipped)}

@@ -10,11 +10,16 @@ REMAT: int
 EMPTY_SLOT: int
 
 class RoutingTable:
-    """Routing entries K(p) -> posting list. Writers must be serialized by the caller."""
+    """Routing entries K(p) -> posting list. Writers must be serialized by the caller.
+
+    A list holds at most ``max_list`` references (2**24 - 1 unless lowered): a segment
+    placed at a full entry is not listed there and counted in ``refs_skipped``."""
 
     n_entries: int
     arena_used: int
     live_refs: int
+    refs_skipped: int
+    max_list: int
 
     def __init__(self, capacity: int = 64) -> None: ...
     def find(self, key: int) -> int:

@@ -64,11 +64,18 @@ cdef class _Generation:
 
 
 cdef class RoutingTable:
-    """Routing entries K(p) -> posting list. Writers must be serialized by the caller."""
+    """Routing entries K(p) -> posting list. Writers must be serialized by the caller.
+
+    A list holds at most ``max_list`` references (MAX_LIST, 2**24 - 1, unless lowered): a
+    segment placed at a full entry is not listed there and counted in ``refs_skipped``, so
+    placement never fails. A match that routes through that entry may then stop short of it,
+    never past what it verifies."""
     cdef _Generation g
     cdef public Py_ssize_t n_entries
     cdef public Py_ssize_t arena_used
     cdef public Py_ssize_t live_refs
+    cdef public Py_ssize_t refs_skipped
+    cdef Py_ssize_t _max_list
 
     def __init__(self, Py_ssize_t capacity=64):
         cdef Py_ssize_t cap = 16
@@ -82,6 +89,18 @@ cdef class RoutingTable:
         self.n_entries = 0
         self.arena_used = 0
         self.live_refs = 0
+        self.refs_skipped = 0
+        self._max_list = MAX_LIST
+
+    @property
+    def max_list(self) -> int:
+        return self._max_list
+
+    @max_list.setter
+    def max_list(self, Py_ssize_t value):
+        if not 1 <= value <= MAX_LIST:
+            raise ValueError(f"max_list must be in [1, {MAX_LIST}], got {value}")
+        self._max_list = value
 
     # -- lookups ---------------------------------------------------------------------------
     cdef inline Py_ssize_t _find(self, _Generation g, uint64_t key) noexcept:
@@ -293,11 +312,13 @@ cdef class RoutingTable:
     cdef int _rewrite(self, Py_ssize_t entry, Py_ssize_t drop, uint64_t seg,
                       uint64_t filt) except -1:
         """Copy-on-write: write ``entry``'s list without position ``drop`` (-1: none) and with
-        (seg, filt) at the upper bound of ``filt`` past the arena's end, then publish it."""
+        (seg, filt) at the upper bound of ``filt`` past the arena's end, then publish it; an
+        addition to a full list is skipped (the class docstring)."""
         cdef Py_ssize_t n = self.g.er[entry] & LEN_MASK
         cdef Py_ssize_t m = n if drop >= 0 else n + 1
-        if m > MAX_LIST:
-            raise ValueError(f"posting list of {m} references exceeds the limit {MAX_LIST}")
+        if drop < 0 and m > self._max_list:  # a full list: the segment is not listed here
+            self.refs_skipped += 1
+            return 0
         if self.arena_used + m > self.g.ref_seg.shape[0]:
             self._grow_arena(m)
         cdef _Generation g = self.g  # growth may have moved the list

@@ -620,3 +620,30 @@ def test_every_step_of_a_background_build_keeps_matches_exact(tmp_path, seed):
         release.set()
         index.directory.table = table
         index.close()
+
+
+def test_a_full_posting_list_skips_new_members_and_matches_stay_verified(tmp_path):
+    """A posting list holds at most ``max_list`` references: segments placed at a full entry
+    are not listed there (counted in ``routing_refs_skipped``) and every insert succeeds. A
+    match then may stop short, never past what it verified; a limit of 2**24 - 1 cannot be
+    reached in a test, so it is lowered here."""
+    index = sarp.open(tmp_path / "i", "odirect", direct_io=False, max_retrieval=0,
+                      snapshot_on_close=False, **BASE)
+    with pytest.raises(ValueError, match="max_list"):
+        index.directory.table.max_list = 0
+    index.directory.table.max_list = 3
+    seqs = [divergent(2, i) for i in range(10)]  # all share blocks 0-1: one entry at p0
+    for t in seqs:
+        index.insert(tokens=t)
+    assert len(members(index, sarp.block_ids(seqs[0], 1)[0])) == 3
+    assert index.stats()["routing_refs_skipped"] >= 7
+    got = [index.match(tokens=t) for t in seqs]
+    for t, m in zip(seqs, got, strict=True):
+        ids = sarp.block_ids(t, 1)
+        assert np.array_equal(m.block_ids, ids[:m.num_blocks])  # a verified prefix
+    assert [m.num_blocks for m in got[:3]] == [8, 8, 8]
+    assert all(m.num_blocks >= 2 for m in got)  # the shared blocks are stored either way
+    index.close()
+    with sarp.open(tmp_path / "i", direct_io=False) as again:  # the journal replays
+        assert again.stats()["routing_refs_skipped"] == 0  # without the lowered limit
+        assert [again.match(tokens=t).num_blocks for t in seqs] == [8] * 10
