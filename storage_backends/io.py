@@ -147,11 +147,16 @@ class FileIO:
                       RuntimeWarning, stacklevel=4)
 
     def _buffered(self, f: File) -> None:
-        """Switch ``f`` to buffered I/O after the file system rejected an O_DIRECT transfer."""
+        """Switch ``f`` to buffered I/O after the file system rejected an O_DIRECT transfer.
+        The buffered descriptor takes the place of the direct one under the same number
+        (``dup2``), so a thread reading through ``f`` meanwhile never uses a closed one."""
         self._warn_fallback(f.path)
         fd = os.open(f.path, os.O_RDWR)
-        os.close(f.fd)
-        f.fd, f.direct = fd, False
+        try:
+            os.dup2(fd, f.fd)
+        finally:
+            os.close(fd)
+        f.direct = False
 
     def _direct_or_buffered(self, f: File, transfer: Callable[[], int]) -> int:
         """``transfer()`` on ``f``; if the file system rejects it as an O_DIRECT transfer

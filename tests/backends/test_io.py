@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import os
 from pathlib import Path
 
@@ -179,12 +180,15 @@ def test_power_loss_keeps_renamed_files_tracked(tmp_path: Path) -> None:
 def test_a_transfer_o_direct_rejects_switches_the_file_to_buffered_io(tmp_path: Path,
                                                                       op: str) -> None:
     """A file opened with O_DIRECT whose transfer the kernel refuses (EINVAL: here an
-    unaligned length) is reopened buffered, with a warning, and the transfer is done."""
+    unaligned length) is reopened buffered, with a warning, and the transfer is done. The
+    buffered descriptor keeps the number of the direct one, so a thread reading through the
+    file meanwhile never uses a closed (or reused) descriptor."""
     (tmp_path / "f").write_bytes(b"xyz" * 10)
     io = FileIO()
     f = io.open(tmp_path / "f", direct=True)
     if not f.direct:
         pytest.skip("this file system refuses O_DIRECT at open")
+    fd = f.fd
     with pytest.warns(RuntimeWarning, match="O_DIRECT"):
         if op == "write":
             f.pwrite(b"abc", 0)
@@ -192,6 +196,7 @@ def test_a_transfer_o_direct_rejects_switches_the_file_to_buffered_io(tmp_path: 
             buf = bytearray(5)
             assert f.pread(buf, 1) == 5 and buf == b"yzxyz"
     assert not f.direct and io.direct_fallbacks == 1
+    assert f.fd == fd and not fcntl.fcntl(fd, fcntl.F_GETFL) & sio._O_DIRECT
     f.close()
     assert (tmp_path / "f").read_bytes()[:3] == (b"abc" if op == "write" else b"xyz")
 
