@@ -29,6 +29,7 @@ from sarp.errors import (
     BadMagicError,
     ConfigMismatchError,
     CorruptionError,
+    SyncFailedError,
     UnsupportedVersionError,
 )
 from storage_backends.base import RecordStore, check_io
@@ -56,6 +57,8 @@ SCAN_BYTES = 2 << 20  # bytes per read when scanning the file (whole extents, at
 RUN_BYTES = 1 << 20  # the most bytes one write of side-by-side versions takes
 #: the largest max_value_size: a version (value + overhead, rounded up) must fit HEADER's u32
 MAX_VALUE_SIZE = (1 << 30)
+#: slots written since the last sync, at most: past it a write syncs (bounds their memory)
+UNSYNCED_LIMIT = 1 << 16
 
 EMPTY, VALID, BAD = 0, 1, 2
 
@@ -252,6 +255,8 @@ class ODirectStore(RecordStore):
                 end += 1
             self._write_run(planned[first:end])
             first = end
+        if len(self._unsynced) >= UNSYNCED_LIMIT:
+            self._sync()
 
     def _write_run(self, run: list[tuple[int, int, int, int, int, bytes]]) -> None:
         """Write versions that lie side by side, from ``run[0]``'s offset, with one call."""
@@ -266,7 +271,16 @@ class ODirectStore(RecordStore):
             w[at + _VERSION.size:end] = value
             struct.pack_into("<Q", w, end, xxh64(w[at:end], slot))
             w[end + 8:at + v] = bytes(at + v - end - 8)
-        self._data.pwrite(w, run[0][0])
+        try:
+            self._data.pwrite(w, run[0][0])
+        except OSError as e:
+            if any(slot in self._unsynced for _, slot, *_ in run):
+                # it wrote over a version not yet synced, which may now be torn, and the
+                # slot's last synced version is served again: writes stop, as after a
+                # failed sync, until a reopen recovers the store
+                raise SyncFailedError(e.errno, "a write over versions not yet synced failed: "
+                                               f"{e.strerror}") from e
+            raise
         self._next_seq += len(run)
         k = self._extent
         for _, slot, copy, _, _, _ in run:
@@ -383,10 +397,10 @@ class ODirectStore(RecordStore):
             self._commit()
 
     def _get_many(self, keys: list[int]) -> list[bytes | None]:
-        """Without the store lock, so reader threads overlap: a writer fills the other copy
-        before flipping the slot's newest-copy bit, so a reader sees the old or the new
-        version whole; a slot that a concurrent delete freed and another key took is told
-        by the key in the version."""
+        """Without the store lock, so reader threads overlap: a reader sees a version whole
+        or finds it torn by a running write (its checksum) and reads again under the lock
+        (``_value``); a slot that a concurrent delete freed and another key took is told by
+        the key in the version."""
         out: list[bytes | None] = []
         for key in keys:
             slot = self._slot(key)
@@ -466,10 +480,16 @@ class ODirectStore(RecordStore):
                 "slot_bytes": self._slot_bytes,
                 "slots": self._nslots,
                 "free_slots": len(self._free),
-                "dram_bytes": len(self._newer) + self._slot_table_bytes(),
+                "dram_bytes": len(self._newer) + self._slot_table_bytes() + self._unsynced_bytes(),
                 "direct_io_effective": self._data.direct,
                 "io": self._io.stats(),
             }
+
+    def _unsynced_bytes(self) -> int:
+        """Bytes of the set of slots written since the last sync (0 when empty)."""
+        if not self._unsynced:
+            return 0
+        return sys.getsizeof(self._unsynced) + len(self._unsynced) * sys.getsizeof(1 << 40)
 
     def _slot_table_bytes(self) -> int:
         """Bytes of the sparse key -> slot table and free list (0 in dense mode)."""

@@ -101,6 +101,8 @@ def test_dense_keys_hint_selects_dense_mode(tmp_path: Path) -> None:
         assert s.stats()["key_mode"] == "dense"
         assert s.stats()["dram_bytes"] == 0
         s.put_many([(k, b"v") for k in range(20)])
+        assert s.stats()["dram_bytes"] > 3  # with the slots written since the last sync
+        s.flush()
         assert s.stats()["dram_bytes"] == 3  # one newest-copy bit per slot
 
 
@@ -190,3 +192,17 @@ def test_a_scan_across_reads_of_whole_extents_finds_every_newest_version(
         assert all(s.get(k) is None for k in keys[1::5])
         s.put(5, b"new")  # takes a slot freed by a delete: the file does not grow
         assert s.stats()["slots"] == 4 * EXTENT_SLOTS and s.get(5) == b"new"
+
+
+def test_slots_written_between_syncs_are_bounded(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store remembers the slots written since the last sync (a rewrite takes the same
+    copy again); under ``none`` nothing syncs before close, so past UNSYNCED_LIMIT slots a
+    write syncs by itself and the memory stays bounded."""
+    monkeypatch.setattr(odirect, "UNSYNCED_LIMIT", 100)
+    store = open_store("odirect", tmp_path / "s", durability="none", key_mode="dense")
+    with store as s:
+        for first in range(0, 1000, 50):
+            s.put_many([(k, b"v") for k in range(first, first + 50)])
+        assert s.stats()["syncs"] == 10
+        assert s.get_many(list(range(1000))) == [b"v"] * 1000

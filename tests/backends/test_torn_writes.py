@@ -7,6 +7,7 @@ byte is caught by a checksum; sync, group and none issue the syncs they promise.
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from sarp.errors import CorruptionError, SyncFailedError
+from sarp.errors import CorruptionError, SyncFailedError, WritesStoppedError
 from storage_backends import RecordStore, open_store
 from storage_backends.io import FileIO, PowerLossIO
 
@@ -296,3 +297,41 @@ def test_an_open_that_finds_damage_leaves_no_file_open(kind: str, tmp_path: Path
         with pytest.raises(CorruptionError):
             _open(kind, path)
     assert _open_files_under(path) == []
+
+
+@pytest.mark.parametrize("key_mode", ["dense", "sparse"])
+def test_odirect_a_failed_write_over_an_unsynced_version_stops_writes(key_mode: str,
+                                                                     tmp_path: Path) -> None:
+    """A slot written again before a sync takes the same copy, so a write that fails part-way
+    (a device error) may tear the version it replaces, one not yet synced. That version is
+    lost, as in a crash: the write raises SyncFailedError, writes stop, reads serve the
+    slot's last synced version, and a reopen recovers the store."""
+
+    class FailingWrite(FileIO):
+        fail_next = False
+
+        def _pwrite(self, f, buf, offset):  # type: ignore[no-untyped-def]
+            if self.fail_next and f.path.name == "slots.dat":
+                self.fail_next = False
+                super()._pwrite(f, memoryview(buf)[:512], offset)  # part of it is written
+                raise OSError(errno.EIO, "Input/output error")
+            super()._pwrite(f, buf, offset)
+
+    a, b, c = (bytes([ch]) * 2000 for ch in b"abc")
+    io = FailingWrite()
+    s = _open("odirect", tmp_path / "s", io=io, key_mode=key_mode)
+    s.put(5, a)
+    s.put(6, a)
+    s.flush()
+    s.put(5, b)  # not synced yet
+    io.fail_next = True
+    with pytest.raises(SyncFailedError, match="a write over versions not yet synced failed"):
+        s.put(5, c)
+    with pytest.raises(WritesStoppedError):
+        s.flush()
+    assert s.get(5) == a and s.get(6) == a
+    s.close()
+    with _open("odirect", tmp_path / "s", key_mode=key_mode) as s2:
+        assert s2.get(5) == a and s2.get(6) == a
+        s2.put(5, c)
+        assert s2.get(5) == c
