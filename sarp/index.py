@@ -36,7 +36,13 @@ from sarp.background import Worker
 from sarp.block_ids import as_block_ids, block_ids
 from sarp.checks import check_directory, check_int
 from sarp.config import Config, config_from_kwargs, digest_text, dumps, loads
-from sarp.errors import CorruptionError, IndexClosedError, RecoveryError, StoreKindError
+from sarp.errors import (
+    CorruptionError,
+    IndexClosedError,
+    RecoveryError,
+    StoreKindError,
+    SyncFailedError,
+)
 from sarp.insertion import insert as insert_path
 from sarp.matched_prefix import MatchedPrefix
 from sarp.matching import COUNTERS, MatchResult
@@ -222,25 +228,29 @@ class Index:
         """Close journal N, every record durable, then start journal ``seq`` after it. If the
         new one cannot be created (a full disk), journal N is opened again and takes the
         inserts, so the index goes on; a new file left behind is removed, as its header would
-        name a record that journal N's later ones pass."""
+        name a record that journal N's later ones pass.
+
+        A stopped journal is cut back at close to its last good sync: the records past the
+        cut are in no journal (the snapshot holds them), so numbering goes on from the cut."""
         old = self._journal
         stop = old.stop  # a stopped journal stops the next one too
         old.close(covered=True)
+        self.record_seq = old.last_record
         path = self.path / journal.FILES.name(seq)
         try:
             self._journal = journal.JournalWriter(self.io, path, seq, self.record_seq, stop)
         except BaseException:
-            try:  # a failed sync here stops inserts: the file might outlive a power cut
-                stop.run(lambda: self._unlink_durably(path))
+            try:
+                self.io.unlink(path)
+                self.io.fsync_dir(self.path)
+            except SyncFailedError as e:  # the file might outlive a power cut: stop inserts
+                stop.record(e)
+                raise
             finally:
                 self._journal = journal.JournalWriter(self.io, old.path, self.epoch,
                                                       self.record_seq, stop)
             raise
         self.epoch = seq
-
-    def _unlink_durably(self, path: Path) -> None:
-        self.io.unlink(path)
-        self.io.fsync_dir(self.path)
 
     @_call
     def drain(self) -> None:
@@ -401,6 +411,10 @@ class Index:
         """Rebuild from a full segment scan and publish it as a snapshot newer than any file
         there; older snapshots and journals (unusable, or they would not be rebuilding) go."""
         self.recovery = recovery.rebuild(self)
+        # numbering goes on past the journals there, so that if the rebuild stops before its
+        # snapshot is published, its journals still follow theirs
+        self.record_seq = max((_last_record(self.io, p) for _, p in journal.files(self.path)),
+                              default=0)
         seqs = [s for s, _ in journal.files(self.path)]
         seqs += [snapshot.FILES.seq(p) for p in snapshot.candidates(self.path)]
         self.epoch = max(seqs, default=0)
@@ -453,6 +467,14 @@ class Index:
         if value is None:
             return self.config.max_retrieval
         return check_int(value, "max_retrieval", 0)
+
+
+def _last_record(io: FileIO, path: Path) -> int:
+    """``journal.last_record`` of ``path``, 0 for a journal that cannot be read."""
+    try:
+        return journal.last_record(io, path)
+    except (OSError, RecoveryError):
+        return 0
 
 
 def open(path: str | os.PathLike, backend: str | None = None, *,

@@ -64,18 +64,21 @@ class JournalWriter:
     records queued, and the next sync writes them again.
     """
 
-    def __init__(self, io: FileIO, path: Path, snapshot_seq: int, after_record: int,
+    def __init__(self, io: FileIO, path: Path, snapshot_seq: int, last_record: int,
                  stop: WriteStop | None = None):
-        """Open journal ``path``, created (whole or not at all) if missing, its first record
-        to follow record ``after_record``: numbering runs on across journals, empty ones too."""
+        """Open journal ``path``, whose last record is number ``last_record``; if missing, it
+        is created (whole or not at all) with its first record to follow that one: numbering
+        runs on across journals, empty ones too."""
         self.io = io
         self.path = path
         if not path.exists():
-            io.publish(path, FILE_HEADER.pack(MAGIC, VERSION, 0, snapshot_seq, after_record))
+            io.publish(path, FILE_HEADER.pack(MAGIC, VERSION, 0, snapshot_seq, last_record))
         self._file: File = io.open(path, direct=False, create=False)
         self._offset = self._file.size()
         self._synced = self._offset  # the end of what the last good sync made durable
         self._pending = bytearray()  # appended, not yet written
+        #: numbers of the last record appended and of the last one the last good sync covers
+        self._appended_seq = self._synced_seq = last_record
         self.stop = stop or WriteStop(
             lambda: f"journal {path.name}",
             "the index takes no insert until reopened; snapshot() or close() persists it")
@@ -84,6 +87,7 @@ class JournalWriter:
         """Queue ``record`` in memory; written once ``WRITE_BEHIND`` bytes wait, durable at sync."""
         self.stop.check()
         self._pending += encode_record(record)
+        self._appended_seq = record.record_seq
         if len(self._pending) >= WRITE_BEHIND:
             self.stop.run(self._write_pending)
 
@@ -92,15 +96,22 @@ class JournalWriter:
         self.stop.run(self._sync)
 
     @property
+    def last_record(self) -> int:
+        """The number of the last record the journal holds (once cut back, the last synced)."""
+        return self._appended_seq
+
+    @property
     def unsynced(self) -> bool:
         """Whether records were written since the last good sync."""
         return self._offset > self._synced
 
     def _sync(self) -> None:
         self._write_pending()
+        appended = self._appended_seq
         if self.unsynced:
             self._file.fdatasync()
             self._synced = self._offset
+        self._synced_seq = appended
 
     def _write_pending(self) -> None:
         if self._pending:
@@ -124,6 +135,7 @@ class JournalWriter:
             self._file.truncate(self._synced)
             self._file.fsync()
             self._file.close()
+            self._appended_seq = self._synced_seq
             if lost and not covered:
                 raise
             return
@@ -149,11 +161,7 @@ def read(io: FileIO, path: Path, last: bool) -> Replay:
     """
     raw = bytes(io.read_whole(path))
     size = len(raw)
-    if size < FILE_HEADER.size:
-        raise RecoveryError(f"{path.name}: {size} bytes is shorter than a journal header")
-    magic, version, _, _, after = FILE_HEADER.unpack_from(raw)
-    if magic != MAGIC or version != VERSION:
-        raise RecoveryError(f"{path.name}: not a journal of format version {VERSION}")
+    after = _after_record(raw, path.name)
     records = list(_records(raw, path.name))
     end = records[-1][1] if records else FILE_HEADER.size
     torn = size - end
@@ -168,6 +176,26 @@ def read(io: FileIO, path: Path, last: bool) -> Replay:
         finally:
             f.close()
     return Replay([r for r, _ in records], after, size, torn)
+
+
+def last_record(io: FileIO, path: Path) -> int:
+    """The number of the last valid record of journal ``path``, or its R when it holds none;
+    read without cutting anything. Raises RecoveryError if the file is not a readable journal."""
+    raw = bytes(io.read_whole(path))
+    last = _after_record(raw, path.name)
+    for rec, _ in _records(raw, path.name):
+        last = rec.record_seq
+    return last
+
+
+def _after_record(raw: bytes, name: str) -> int:
+    """R of the journal file ``raw`` (its header checked)."""
+    if len(raw) < FILE_HEADER.size:
+        raise RecoveryError(f"{name}: {len(raw)} bytes is shorter than a journal header")
+    magic, version, _, _, after = FILE_HEADER.unpack_from(raw)
+    if magic != MAGIC or version != VERSION:
+        raise RecoveryError(f"{name}: not a journal of format version {VERSION}")
+    return after
 
 
 def _records(raw: bytes, name: str) -> Iterator[tuple[Record, int]]:

@@ -9,6 +9,7 @@ them. Formats: docs/flashlog_format.txt; guarantees: docs/durability.md.
 
 from __future__ import annotations
 
+import errno
 import struct
 import threading
 from collections.abc import Iterator
@@ -100,6 +101,14 @@ class FlashLogStore(RecordStore):
         write_superblock(self._io, mpath, MANIFEST_MAGIC, _MANIFEST.pack(*manifest))
         return manifest
 
+    def _manifest_log(self) -> int | None:
+        """The log number MANIFEST names now, or None if it cannot be read."""
+        try:
+            return _MANIFEST.unpack(read_superblock(self._io, self.path / "MANIFEST",
+                                                    MANIFEST_MAGIC))[2]
+        except (OSError, CorruptionError):
+            return None
+
     def _write_manifest(self, log: PageLog, wal_number: int, wal_blocks: int) -> None:
         write_superblock(self._io, self.path / "MANIFEST", MANIFEST_MAGIC, _MANIFEST.pack(
             self._ninst, self._block, log.number, log.end, wal_number, wal_blocks))
@@ -187,10 +196,12 @@ class FlashLogStore(RecordStore):
 
         Crash-safe: the new log is synced before MANIFEST names it, and the old one is removed
         only after. Buffered records stay in the WAL, which is rotated to the new log. If the
-        copy or MANIFEST's write fails (a full disk, say), the new log is removed and the old
-        one stays the store's. A failed sync (of MANIFEST's directory too) leaves it unknown
-        which log MANIFEST names: both files stay, writes stop, and the next open finds out.
-        A compaction's log starts empty, whatever an earlier one left under its name.
+        copy or MANIFEST's write fails (a full disk, say) and MANIFEST still names the old log,
+        the new log is removed and the old one stays the store's. A failed sync (of MANIFEST's
+        directory too), or MANIFEST replaced by a call that then failed, leaves it unknown
+        which log MANIFEST names after a power cut: both files stay, writes stop (raised as
+        SyncFailedError), and the next open finds out. A compaction's log starts empty,
+        whatever an earlier one left under its name.
         """
         old = self._log
         new = self._new_log(old.number + 1)
@@ -200,10 +211,13 @@ class FlashLogStore(RecordStore):
             new.file.fdatasync()
             self._write_manifest(new, 0, 0)
         except SyncFailedError:
-            new.close()
+            new.close()  # which log MANIFEST names after a power cut is unknown: both stay
             raise
-        except BaseException:
+        except BaseException as e:
             new.close()
+            if self._manifest_log() != old.number:  # replaced, but the call failed after
+                raise SyncFailedError(errno.EIO, "compaction: MANIFEST names the new log but "
+                                                 f"may not be durable ({e!r})") from e
             self._io.unlink(new.path)
             raise
         self._log = new

@@ -153,7 +153,7 @@ class FileIO:
         self._warn_fallback(f.path)
         fd = os.open(f.path, os.O_RDWR)
         try:
-            os.dup2(fd, f.fd)
+            os.dup2(fd, f.fd, inheritable=False)
         finally:
             os.close(fd)
         f.direct = False
@@ -223,14 +223,15 @@ class FileIO:
 
         A failure raises SyncFailedError, as for a file: whether the entries are on the
         device is then unknown (a file just published may be missing after a power cut)."""
-        fd = os.open(path, os.O_RDONLY)
         try:
-            os.fsync(fd)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         except OSError as e:
             raise SyncFailedError(e.errno, f"sync of directory {Path(path).name} failed: "
                                            f"{e.strerror}") from e
-        finally:
-            os.close(fd)
         self._add(dir_fsyncs=1)
 
     def publish(self, path: str | Path, data: bytes) -> None:
@@ -281,7 +282,8 @@ class PowerLossIO(FileIO):
     ``fail_syncs(n)`` makes the next ``n`` syncs fail as Linux fails them: EIO (raised as
     ``SyncFailedError``), and the file's unsynced writes stay readable but are lost at the
     crash (the bytes they replaced, or zeros past the old end of the file), whatever later
-    syncs do.
+    syncs do; ``tear`` and ``reorder`` may still put back a prefix of the newest write, lost
+    or not (harsher than Linux, never kinder).
     """
 
     def __init__(self, seed: int = 0) -> None:

@@ -40,6 +40,11 @@ class WriteStop:
         try:
             write()
         except SyncFailedError as e:
-            self.failure = e
+            self.record(e)
             raise
         self.check()
+
+    def record(self, failure: SyncFailedError) -> None:
+        """Stop writes after ``failure`` (the first failure recorded is the one named)."""
+        if self.failure is None:
+            self.failure = failure

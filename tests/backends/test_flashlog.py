@@ -198,11 +198,14 @@ def test_a_compaction_log_left_behind_is_started_empty(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("rename_survives", [True, False])
+@pytest.mark.parametrize("failure", ["fsync", "open"])
 def test_a_compaction_whose_manifest_directory_sync_fails_stops_writes(
-        rename_survives: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """MANIFEST is renamed, then its directory fsync fails: whether it names the new log
-    after a power cut is unknown. Writes stop, both logs stay, and the next open serves every
-    acknowledged record whichever MANIFEST the device kept."""
+        rename_survives: bool, failure: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """MANIFEST is renamed, then the fsync of its directory fails (the fsync itself, or
+    opening the directory: too many open files): whether it names the new log after a power
+    cut is unknown. Writes stop, both logs stay, and the next open serves every acknowledged
+    record whichever MANIFEST the device kept."""
 
     class DirSyncFails(FileIO):
         armed = False
@@ -212,7 +215,7 @@ def test_a_compaction_whose_manifest_directory_sync_fails_stops_writes(
             super().rename(src, dst)
             self.fail_next = self.armed and Path(dst).name == "MANIFEST"
 
-    real_fsync = os.fsync
+    real_fsync, real_open = os.fsync, os.open
 
     def fsync(fd: int) -> None:
         if io.fail_next and stat.S_ISDIR(os.fstat(fd).st_mode):
@@ -220,7 +223,16 @@ def test_a_compaction_whose_manifest_directory_sync_fails_stops_writes(
             raise OSError(errno.EIO, "Input/output error")
         real_fsync(fd)
 
-    monkeypatch.setattr(os, "fsync", fsync)
+    def open_dir(p, flags, *args):  # type: ignore[no-untyped-def]
+        if io.fail_next and Path(p).is_dir():
+            io.armed = io.fail_next = False
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real_open(p, flags, *args)
+
+    if failure == "fsync":
+        monkeypatch.setattr(os, "fsync", fsync)
+    else:
+        monkeypatch.setattr(os, "open", open_dir)
     path = tmp_path / "s"
     io = DirSyncFails()
     rng = random.Random(9)

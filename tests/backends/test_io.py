@@ -197,6 +197,7 @@ def test_a_transfer_o_direct_rejects_switches_the_file_to_buffered_io(tmp_path: 
             assert f.pread(buf, 1) == 5 and buf == b"yzxyz"
     assert not f.direct and io.direct_fallbacks == 1
     assert f.fd == fd and not fcntl.fcntl(fd, fcntl.F_GETFL) & sio._O_DIRECT
+    assert not os.get_inheritable(fd)
     f.close()
     assert (tmp_path / "f").read_bytes()[:3] == (b"abc" if op == "write" else b"xyz")
 

@@ -384,6 +384,26 @@ def test_rebuild_command(tmp_path, capsys):
     assert "holds no SARP index" in capsys.readouterr().err
 
 
+def test_a_rebuild_stopped_before_its_snapshot_leaves_the_index_openable(tmp_path,
+                                                                          monkeypatch):
+    """A rebuild creates its journals before it publishes its snapshot; stopped in between,
+    it leaves them after the old snapshot's journals, numbered on from their records, so a
+    plain open still recovers from the old files."""
+    path = tmp_path / "i"
+    build(path, 0, 8, snapshots_at={3})
+
+    def stopped(*args, **kwargs):
+        raise OSError("stopped")
+
+    monkeypatch.setattr(snapshot, "write", stopped)
+    with pytest.raises(OSError, match="stopped"):
+        sarp.rebuild(path, backend="wiredtiger")
+    monkeypatch.undo()
+    assert len(journal.files(path)) > 2
+    report = assert_all_match(path, 8)
+    assert report["snapshot"] == snapshot.FILES.name(1)
+
+
 def test_query_only_parameters_do_not_invalidate_snapshots(tmp_path):
     path = tmp_path / "i"
     build(path, 0, 6, snapshots_at={5})

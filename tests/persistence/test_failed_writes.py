@@ -13,13 +13,15 @@ reopen without an error.
 from __future__ import annotations
 
 import errno
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import sarp
-from sarp import journal
+from sarp import journal, snapshot
 from sarp.errors import CorruptionError, SyncFailedError, WritesStoppedError
 from storage_backends import open_store
 from storage_backends.io import FileIO, PowerLossIO
@@ -95,6 +97,24 @@ def _full(i: int) -> int:
     return len(sequence(i)) // B
 
 
+@contextmanager
+def _journal_sync_fails(io: PowerLossIO, index: sarp.Index) -> Iterator[None]:
+    """Within the block, the index's journal's next sync fails; the store's syncs pass."""
+    journal_file = index._journal.path
+    real_sync = io._sync
+
+    def journal_fails(f, data_only):  # type: ignore[no-untyped-def]
+        if f.path == journal_file:
+            io.fail_syncs(1)
+        real_sync(f, data_only)
+
+    io._sync = journal_fails  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        io._sync = real_sync  # type: ignore[method-assign]
+
+
 @pytest.mark.parametrize("snapshot_on_close", [True, False])
 def test_an_index_whose_journal_sync_failed_takes_no_insert_and_survives_a_power_cut(
         snapshot_on_close: bool, tmp_path: Path) -> None:
@@ -113,17 +133,9 @@ def test_an_index_whose_journal_sync_failed_takes_no_insert_and_survives_a_power
         _insert(index, i)
     journal_file = index._journal.path
     synced_size = journal_file.stat().st_size
-    real_sync = io._sync  # the store's syncs pass; the journal's next one fails
-
-    def journal_fails(f, data_only):  # type: ignore[no-untyped-def]
-        if f.path == journal_file:
-            io.fail_syncs(1)
-        real_sync(f, data_only)
-
-    io._sync = journal_fails  # type: ignore[method-assign]
-    with pytest.raises(OSError, match="simulated failed sync of journal-0+.log"):
+    with _journal_sync_fails(io, index), pytest.raises(
+            OSError, match="simulated failed sync of journal-0+.log"):
         _insert(index, 20)
-    io._sync = real_sync  # type: ignore[method-assign]
     with pytest.raises(WritesStoppedError, match="journal-0+.log .* simulated failed sync"):
         _insert(index, 21)
     with pytest.raises(WritesStoppedError):
@@ -277,3 +289,41 @@ def test_a_journal_switch_that_fails_keeps_the_index_going(fail_at: str,
             assert bool(again.recovery["faults"]) == damage_newest
             for i in range(9):
                 assert check_match(again, i) == _full(i), i
+
+
+@pytest.mark.parametrize("then", ["power cut before the snapshot", "newest snapshot damaged"])
+def test_a_journal_cut_after_a_failed_sync_is_followed_without_a_gap(then: str,
+                                                                     tmp_path: Path) -> None:
+    """A journal whose sync failed is cut back at the next snapshot's switch; the new journal
+    follows the last record left in it, so recovery that replays both (the snapshot never
+    published, or found damaged) finds no gap, and every acknowledged insert is there."""
+    io = PowerLossIO(0)
+    path = tmp_path / "i"
+    index = sarp.open(path, backend="odirect", direct_io=False, store_options={"io": io},
+                      _io=io, **CONFIG)
+    for i in range(5):
+        _insert(index, i)
+    with _journal_sync_fails(io, index), pytest.raises(SyncFailedError):
+        _insert(index, 5)
+    if then.startswith("power cut"):
+        real_write = snapshot.write
+
+        def power_cut(*args, **kwargs):  # type: ignore[no-untyped-def]
+            io.crash("drop")
+            raise OSError(errno.EIO, "power cut")
+
+        snapshot.write = power_cut  # type: ignore[assignment]
+        try:
+            with pytest.raises(OSError, match="power cut"):
+                index.snapshot()
+        finally:
+            snapshot.write = real_write  # type: ignore[assignment]
+    else:
+        index.snapshot()
+        index.close()
+        io.crash("drop")
+        sorted(path.glob("snapshot-*"))[-1].write_bytes(b"damaged")
+    assert [seq for seq, _ in journal.files(path)] == [0, 1]
+    with sarp.open(path) as again:
+        for i in range(5):
+            assert check_match(again, i) == _full(i), i
