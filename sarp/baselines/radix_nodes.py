@@ -94,11 +94,16 @@ def build_nodes(head: np.ndarray, edges: np.ndarray, firsts: np.ndarray,
 
 
 class NodeTable:
-    """The resident nodes (an LRU when capped) and, when capped, the spill store."""
+    """The resident nodes (an LRU when capped) and, when capped, the spill store.
 
-    def __init__(self, cap: int | None, spill: RecordStore | None):
+    Spilled nodes are keyed by ``key_base | node id`` (pieces as above), so they can share a
+    store with other records under a disjoint key range."""
+
+    def __init__(self, cap: int | None, spill: RecordStore | None, key_base: int = 0):
         self.cap = cap
         self.spill = spill
+        self.key_base = key_base
+        self.spill_reads = self.spill_writes = 0  # records, since open
         self.nodes: OrderedDict[int, Node] = OrderedDict()
         self._charged: dict[int, int] = {}
         self._dirty: set[int] = set()
@@ -178,6 +183,7 @@ class NodeTable:
         records = [r for x in nodes for r in self._pieces(x.node_id, seal(NODE_MAGIC,
                                                                           encode_nodes([x])))]
         self.spill.put_many(records)
+        self.spill_writes += len(records)
         self._dirty.difference_update(x.node_id for x in nodes)
         st["spill_writes"] = st.get("spill_writes", 0) + len(records)
         st["store_writes"] = st.get("store_writes", 0) + len(records)
@@ -186,24 +192,25 @@ class NodeTable:
         """(key, bytes) records of one sealed node: one, or pieces of ``piece_bytes``."""
         step = self.piece_bytes
         if step is None or len(blob) <= step:
-            return [(node_id, blob)]
-        return [((i << PIECE_SHIFT) | node_id, blob[o:o + step])
+            return [(self.key_base | node_id, blob)]
+        return [(self.key_base | (i << PIECE_SHIFT) | node_id, blob[o:o + step])
                 for i, o in enumerate(range(0, len(blob), step))]
 
     def _read_spilled(self, node_id: int, st: dict[str, int]) -> Node:
-        raw = self.spill.get(node_id) if self.spill is not None else None
+        raw = self.spill.get(self.key_base | node_id) if self.spill is not None else None
         reads = 1
         name = f"radix node {node_id} in {self.spill.path if self.spill else 'DRAM'}"
         if raw is not None and len(raw) >= HEADER.size:
             total = HEADER.size + HEADER.unpack_from(raw)[3] + CHECKSUM.size
             if total > len(raw):  # stored in pieces of len(raw) bytes each
-                keys = [(i << PIECE_SHIFT) | node_id
+                keys = [self.key_base | (i << PIECE_SHIFT) | node_id
                         for i in range(1, -(-total // len(raw)))]
                 rest = self.spill.get_many(keys)
                 reads += len(keys)
                 if any(r is None for r in rest):
                     raise CorruptionError(f"{name}: a piece is missing")
                 raw = b"".join([raw, *rest])
+        self.spill_reads += reads
         st["spill_reads"] = st.get("spill_reads", 0) + reads
         st["store_reads"] = st.get("store_reads", 0) + reads
         if raw is None:

@@ -9,13 +9,17 @@ rewritten, so the first writer's metadata stays. A match walks the tree, reads t
 under the matched path in one ``get_many`` and verifies their block IDs against the query.
 
 ``capped=bytes`` bounds the resident nodes' DRAM: after each operation the least recently used
-nodes are evicted, dirty ones written to a second record store (``path/spill``, opened with the
-engine's smallest cache so that the design's DRAM stays the cap plus the main store's budget);
-a walk that reaches an evicted node reads it back. Spill reads and writes are counted as store
-reads and writes. ``snapshot()`` writes every resident node (the whole tree when uncapped; the
-capped variant first spills its dirty nodes) to ``radix.snap``; opening an existing index loads
-and rebuilds them: the recovery cost the paper measures. ``close()`` snapshots; inserts after the
-last snapshot do not survive a crash (their segments become unreachable).
+nodes are evicted, dirty ones written to the backend: to the segments' own store, under keys with
+the top bit set, so that they share its memory budget as SARP's segments share SARP's (on odirect,
+whose dense slots the segment ids are, to a second, sparse odirect store ``path/spill``, which
+caches nothing). A walk that reaches an evicted node reads it back. Spill reads and writes are
+counted as store reads and writes. ``snapshot()`` writes every resident node (the whole tree when
+uncapped; the capped variant first spills its dirty nodes) to ``radix.snap``; opening an existing
+index loads and rebuilds them: the recovery cost the paper measures. ``close()`` snapshots;
+inserts after the last snapshot do not survive a crash (their segments become unreachable). The
+capped variant recovers only from a clean close: after a crash its spilled nodes may be newer
+than its snapshot's and name nodes that were never written, so opening it then raises
+RecoveryError (``radix.open`` is there from its open to its close).
 """
 
 from __future__ import annotations
@@ -36,12 +40,17 @@ from sarp.baselines.radix_nodes import (
     decode_columns,
     encode_nodes,
 )
-from sarp.baselines.sealed import Cursor, seal, unseal, write_atomic
+from sarp.baselines.sealed import Cursor, remove_durably, seal, unseal, write_atomic
+from sarp.errors import RecoveryError
 from sarp.matched_prefix import Tail
 from storage_backends import RecordStore
 
 SNAPSHOT_FILE = "radix.snap"
 SPILL_DIR = "spill"
+#: present while the capped variant is open: found at open, the last session crashed
+OPEN_FILE = "radix.open"
+#: spilled nodes in the segments' store: keys with this bit set (segment ids stay below it)
+SPILL_KEYS = 1 << 63
 MAGIC = b"SARPRDX\0"
 
 TreePath = list[tuple[Node, int]]  # (node, blocks of its edge on the matched path)
@@ -57,11 +66,20 @@ class SegmentRadix(BaselineIndex):
 
     def _recover(self) -> dict[str, Any]:
         cap = self.settings.capped
-        # The spill store gets the engine's smallest cache (a budget of 1 byte is raised to
-        # it): the design's DRAM is the capped tree plus the main store's budget, as SARP's is
-        # its routing directory plus its store's budget. A second full budget would double it.
-        self._spill = self._open_store(SPILL_DIR, memory_budget=1) if cap is not None else None
-        self._tree = NodeTable(cap, self._spill)
+        self._spill: RecordStore | None = None
+        key_base = 0
+        if cap is not None and self.store.persistent:
+            if (self.path / OPEN_FILE).exists():
+                raise RecoveryError(
+                    f"Segment-Radix (capped) at {str(self.path)!r} was not closed: its spilled "
+                    "tree nodes may be newer than its snapshot, which it cannot reconcile; "
+                    "build it again")
+            write_atomic(self.path / OPEN_FILE, b"")
+        if cap is not None and self.store.kind == "odirect":
+            self._spill = self._open_store(SPILL_DIR, memory_budget=1, dense_keys=False)
+        elif cap is not None:
+            self._spill, key_base = self.store, SPILL_KEYS
+        self._tree = NodeTable(cap, self._spill, key_base)
         self._next_segment = 0
         file = self.path / SNAPSHOT_FILE
         if not (file.exists() and self.store.persistent):
@@ -187,10 +205,12 @@ class SegmentRadix(BaselineIndex):
     def _on_close(self) -> None:
         if self.store.persistent:
             self._snapshot()
+            if self.settings.capped is not None:
+                remove_durably(self.path / OPEN_FILE)
 
     def _stores(self) -> list[RecordStore]:
         spill = getattr(self, "_spill", None)
-        return super()._stores() + ([spill] if spill is not None else [])
+        return super()._stores() + ([spill] if spill not in (None, self.store) else [])
 
     def _entries(self) -> int:
         return self._tree.next_id
@@ -201,5 +221,8 @@ class SegmentRadix(BaselineIndex):
     def _extra_stats(self) -> dict[str, Any]:
         out = {"resident_nodes": len(self._tree.nodes), "cap": self.settings.capped}
         if self._spill is not None:
+            out.update(spill_reads=self._tree.spill_reads, spill_writes=self._tree.spill_writes,
+                       spill_piece_bytes=self._tree.piece_bytes)
+        if self._spill not in (None, self.store):
             out["spill_store"] = self._spill.stats()
         return out

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from sarp.baselines import DESIGNS
-from sarp.errors import ConfigMismatchError, CorruptionError
+from sarp.errors import ConfigMismatchError, CorruptionError, RecoveryError
 
 from .conftest import HAVE_WT, STORE_VARIANTS, S, variant_params
 from .test_against_oracle import check_same, run_against_oracle
@@ -142,3 +144,34 @@ def test_segment_ids_are_stored_as_dense_keys(variant, tmp_path):
         for req in reqs:
             check_same(idx.match(req.full), oracle.match(req.full), req.full)
     oracle.close()
+
+
+_CRASHING_WRITER = """
+import os, sys
+import numpy as np
+from sarp.baselines import DESIGNS
+from tests.baselines.workload import BLOCK, requests
+from tests.baselines.conftest import S
+idx = DESIGNS["segment_radix"].open(sys.argv[1], segment_blocks=S, block_size=BLOCK,
+                                    backend=sys.argv[2], durability="none", capped=2048)
+reqs = list(requests(5, sessions=14, turns=4))
+for req in reqs[:20]:
+    idx.insert(req.full, req.metadata)
+idx.snapshot()
+for req in reqs[20:]:
+    idx.insert(req.full, req.metadata)  # spills nodes newer than the snapshot
+assert idx.stats()["spill_writes"] > 0
+os._exit(0)  # a crash: no close
+"""
+
+
+@pytest.mark.parametrize("backend", [pytest.param("wiredtiger", marks=needs_wt), "odirect"])
+def test_capped_radix_refuses_to_open_after_a_crash(backend, tmp_path):
+    """Segment-Radix (capped) recovers only from a clean close: after a crash its spilled
+    nodes may be newer than its snapshot, so opening it raises RecoveryError instead of
+    serving a tree it cannot reconcile."""
+    path = tmp_path / "idx"
+    subprocess.run([sys.executable, "-c", _CRASHING_WRITER, str(path), backend], check=True,
+                   cwd=Path(__file__).resolve().parents[2])
+    with pytest.raises(RecoveryError, match="was not closed"):
+        DESIGNS["segment_radix"].open(path)
