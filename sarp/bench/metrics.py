@@ -25,12 +25,12 @@ FIELDS = (
     "io_reads_per_request", "io_writes_per_request",
     "segment_retrievals_per_window", "candidates_before", "candidates_after",
     "candidates_retrieved", "routing_entries", "routing_bytes", "routing_bytes_per_block",
-    "dram_bytes", "snapshot_bytes", "recovery_s", *RECOVERY_FIELDS, "store_bytes",
-    "space_vs_ssd_blockhash",
+    "dram_bytes", "store_dram_bytes", "snapshot_bytes", "recovery_s", *RECOVERY_FIELDS,
+    "store_bytes", "space_vs_ssd_blockhash",
 )
 #: fields added after results files were first written: a file without them still loads, with
 #: each marked n/a (``sarp.bench.results.load_results``)
-LATER_FIELDS = ("io_reads_per_request", "io_writes_per_request")
+LATER_FIELDS = ("io_reads_per_request", "io_writes_per_request", "store_dram_bytes")
 #: fields that identify a row (never aggregated across repetitions)
 KEYS = ("workload", "design", "backend")
 SARP_ONLY = "a SARP routing-entry metric"
@@ -144,17 +144,28 @@ def request_io(row: dict[str, Any], before: dict[str, Any], after: dict[str, Any
 
 
 def state(row: dict[str, Any], design: str, stats: dict[str, Any], p: Prepared) -> None:
-    """In-DRAM routing state: entries, bytes, bytes per unique block."""
+    """In-DRAM state: the index's (entries, bytes, bytes per unique block), and what its
+    record stores keep in DRAM beside their memory budget (odirect's newest-copy bits and
+    sparse key table, flashlog's filters and fences), as the engines report it."""
     if is_sarp(design):
         row["routing_entries"] = stats.get("routing_entries")
         row["routing_bytes"] = stats.get("routing_bytes")
-        row["dram_bytes"] = stats.get("routing_bytes")
     else:
         entries = stats.get("entries")
         if entries is None:
             mark_na(row, "routing_entries", "the design keeps no in-DRAM index")
         row["routing_entries"] = entries
-        row["routing_bytes"] = row["dram_bytes"] = stats.get("dram_bytes")
+        row["routing_bytes"] = stats.get("dram_bytes")
+    stores = [s for s in (stats.get("store"), stats.get("spill_store")) if s]
+    if stores and all("dram_bytes" in s for s in stores):
+        row["store_dram_bytes"] = sum(s["dram_bytes"] for s in stores)
+    else:
+        mark_na(row, "store_dram_bytes", "no record store, or one that reports no DRAM of its "
+                "own (memory, wiredtiger, rocksdb: within the budget)")
+    row["dram_bytes"] = (row["routing_bytes"] or 0) + (row["store_dram_bytes"] or 0)
+    refused = [s["kind"] for s in stores if s.get("direct_io_effective") is False]
+    if refused:  # the file system refused O_DIRECT: those reads went through the page cache
+        row["direct_io_refused"] = refused
     nbytes = row["routing_bytes"]
     row["routing_bytes_per_block"] = nbytes / p.unique_blocks if nbytes and p.unique_blocks \
         else (0.0 if nbytes == 0 else None)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sarp.bench.disk import drop_page_cache
 from sarp.errors import RedisError
 
 BATCH = 10_000  # key-value pairs per MSET
@@ -186,6 +187,7 @@ def redis_recovery(keys: np.ndarray, values: np.ndarray, directory: Path,
         c.close()
         proc.wait(timeout=timeout)
     rdb = (directory / "dump.rdb").stat().st_size
+    drop_page_cache(directory / "dump.rdb")  # read from the device, as the indexes' files are
     with _server(binary, directory, port) as proc:
         recovery = _ready(proc, directory, port, timeout, probe_key.astype("<u8").tobytes(),
                           probe_value.tobytes())

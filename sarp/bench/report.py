@@ -126,6 +126,8 @@ def _header(meta: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
     if o:
         truncated = [f"{r['workload']} {r['design']} {r['backend']}" for r in rows
                      if r.get("truncated")]
+        buffered = [f"{r['workload']} {r['design']} {r['backend']}" for r in rows
+                    if r.get("direct_io_refused")]
         limit = o.get("time_limit")
         lines += [
             f"- started {meta.get('started')}, {fmt(meta.get('seconds'))} s, "
@@ -144,7 +146,8 @@ def _header(meta: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
             "requests over the replay's wall time (SARP's background work drained at the end)",
             "- SSD-backed designs: direct I/O and a memory budget of 10% of SSD-BlockHash's "
             f"uncompressed store size (unique blocks x {ENTRY_BYTES} bytes), at least 1 MiB; "
-            "DRAM-only designs show backend `dram`",
+            "DRAM-only designs show backend `dram`; direct I/O refused by the file system "
+            f"(reads through the page cache): {', '.join(buffered) or 'none'}",
         ]
         for name, w in meta.get("workloads", {}).items():
             lines.append(f"- {name}: {w['requests']} requests, {w['unique_blocks']} unique "

@@ -3,6 +3,7 @@ metric needs a device (the I/O calls: odirect and flashlog)."""
 
 import dataclasses
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -142,6 +143,29 @@ def test_io_calls_sum_the_stores_and_the_designs_own_files_or_say_why_not():
     assert row["io_writes_per_request"] is None
     assert row["na"]["io_writes_per_request"] == ("the wiredtiger engine does its own I/O, "
                                                   "outside the I/O layer")
+
+
+def test_dram_bytes_count_what_the_stores_keep_beside_their_budget():
+    """odirect's sparse key table (SSD-BlockHash) and SARP's newest-copy bits count in
+    dram_bytes beside the index's own state; engines that report none leave it n/a."""
+    p = SimpleNamespace(unique_blocks=100)
+    row = metrics.new_row("w", "ssd-blockhash", "odirect")
+    metrics.state(row, "ssd-blockhash", {"entries": 0, "dram_bytes": 0,
+                                         "store": {"kind": "odirect", "dram_bytes": 700}}, p)
+    assert (row["routing_bytes"], row["store_dram_bytes"], row["dram_bytes"]) == (0, 700, 700)
+    row = metrics.new_row("w", "sarp", "odirect")
+    metrics.state(row, "sarp", {"routing_entries": 3, "routing_bytes": 50,
+                                "store": {"kind": "odirect", "dram_bytes": 4}}, p)
+    assert (row["routing_bytes"], row["store_dram_bytes"], row["dram_bytes"]) == (50, 4, 54)
+    row = metrics.new_row("w", "segment-radix-capped", "wiredtiger")
+    metrics.state(row, "segment-radix-capped", {"entries": 9, "dram_bytes": 80,
+                                                "store": {"kind": "wiredtiger"}}, p)
+    assert row["store_dram_bytes"] is None and row["dram_bytes"] == 80
+    assert "store_dram_bytes" in row["na"] and "direct_io_refused" not in row
+    row = metrics.new_row("w", "sarp", "flashlog")  # the file system refused O_DIRECT
+    metrics.state(row, "sarp", {"routing_bytes": 5, "store": {
+        "kind": "flashlog", "dram_bytes": 1, "direct_io_effective": False}}, p)
+    assert row["direct_io_refused"] == ["flashlog"]
 
 
 def test_memory_backend_reports_recovery_as_na(results):
