@@ -97,6 +97,17 @@ def _full(i: int) -> int:
     return len(sequence(i)) // B
 
 
+def _index_with_inserts(tmp_path: Path, n: int) -> tuple[PowerLossIO, Path, sarp.Index]:
+    """An index on odirect through a PowerLossIO, holding sequences 0 .. n-1."""
+    io = PowerLossIO(0)
+    path = tmp_path / "i"
+    index = sarp.open(path, backend="odirect", direct_io=False, store_options={"io": io},
+                      _io=io, **CONFIG)
+    for i in range(n):
+        _insert(index, i)
+    return io, path, index
+
+
 @contextmanager
 def _journal_sync_fails(io: PowerLossIO, index: sarp.Index) -> Iterator[None]:
     """Within the block, the index's journal's next sync fails; the store's syncs pass."""
@@ -231,12 +242,7 @@ def test_a_journal_switch_that_fails_keeps_the_index_going(fail_at: str,
     there, from the fallback snapshot too. If the new journal cannot be removed durably
     either (the directory fsync fails again), it might outlive a power cut and break the
     chain of record numbers: inserts stop until the index is reopened."""
-    io = PowerLossIO(0)
-    path = tmp_path / "i"
-    index = sarp.open(path, backend="odirect", direct_io=False, store_options={"io": io},
-                      _io=io, **CONFIG)
-    for i in range(4):
-        _insert(index, i)
+    io, path, index = _index_with_inserts(tmp_path, 4)
     real_write, real_rename, real_dir_sync = io._pwrite, io.rename, io.fsync_dir
     dir_failures = [2 if fail_at.endswith("twice") else 1]
 
@@ -297,12 +303,7 @@ def test_a_journal_cut_after_a_failed_sync_is_followed_without_a_gap(then: str,
     """A journal whose sync failed is cut back at the next snapshot's switch; the new journal
     follows the last record left in it, so recovery that replays both (the snapshot never
     published, or found damaged) finds no gap, and every acknowledged insert is there."""
-    io = PowerLossIO(0)
-    path = tmp_path / "i"
-    index = sarp.open(path, backend="odirect", direct_io=False, store_options={"io": io},
-                      _io=io, **CONFIG)
-    for i in range(5):
-        _insert(index, i)
+    io, path, index = _index_with_inserts(tmp_path, 5)
     with _journal_sync_fails(io, index), pytest.raises(SyncFailedError):
         _insert(index, 5)
     if then.startswith("power cut"):
