@@ -73,3 +73,27 @@ def test_a_server_that_cannot_start_says_why(tmp_path, monkeypatch):
     with _server(find_server(), relative, port) as proc:
         with pytest.raises(RedisError, match="Can't open the log file"):
             _ready(proc, relative, port, 60)
+
+
+@needs_redis
+def test_the_restart_reads_the_dump_from_the_device(tmp_path, monkeypatch):
+    """The timed restart follows dropping the dump from the page cache, as the indexes'
+    files are dropped before each of their reopens."""
+    from sarp.bench import redis_anchor
+
+    events: list[str] = []
+    real_drop, real_server = redis_anchor.drop_page_cache, redis_anchor._server
+
+    def drop(path):
+        events.append(f"drop {path.name}")
+        real_drop(path)
+
+    def server(*args, **kwargs):
+        events.append("start")
+        return real_server(*args, **kwargs)
+
+    monkeypatch.setattr(redis_anchor, "drop_page_cache", drop)
+    monkeypatch.setattr(redis_anchor, "_server", server)
+    keys = np.arange(100, dtype=np.uint64)
+    redis_recovery(keys, np.zeros((100, 16), np.uint8), tmp_path, timeout=60)
+    assert events == ["start", "drop dump.rdb", "start"]
