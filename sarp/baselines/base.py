@@ -23,6 +23,7 @@ from sarp.errors import IndexClosedError
 from sarp.matched_prefix import MatchedPrefix, Tail
 from sarp.matching import MatchResult
 from storage_backends import RecordStore, open_store
+from storage_backends.io import FileIO
 
 STORE_DIR = "store"
 RECOVERY_STAGES = ("snapshot_load_s", "deserialize_s", "rebuild_s", "bytes_read")
@@ -66,6 +67,7 @@ class BaselineIndex(ABC):
     def __init__(self, path: Path, settings: Settings, store_args: dict[str, Any]):
         t0 = time.perf_counter()
         self.path = path
+        self.io = FileIO()  # the design's own files (snapshots, markers)
         self.settings = settings
         self._store_args = store_args
         self._lock = threading.RLock()

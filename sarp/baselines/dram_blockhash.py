@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from sarp.baselines.base import BaselineIndex, Matched, match_blocks, split_rows, stored_prefix
-from sarp.baselines.sealed import Cursor, seal, unseal, write_atomic
+from sarp.baselines.sealed import Cursor, seal, unseal
 from sarp.errors import BadLengthError
 from sarp.matched_prefix import Tail
 
@@ -70,7 +70,7 @@ class DRAMBlockHash(BaselineIndex):
         keys = np.fromiter(self._table.keys(), dtype="<u8", count=count)
         header = np.array([self.settings.meta_width, count], dtype="<u8")
         data = seal(MAGIC, header.tobytes() + keys.tobytes() + b"".join(self._table.values()))
-        write_atomic(self.path / SNAPSHOT_FILE, data)
+        self.io.publish(self.path / SNAPSHOT_FILE, data)
         return len(data)
 
     def _on_close(self) -> None:

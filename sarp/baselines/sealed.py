@@ -2,14 +2,13 @@
 
 Every byte string a baseline writes for itself (snapshot files, spilled radix nodes, its
 settings file) is sealed, so damage is detected on read and never served. Files are
-published atomically: temp file, fsync, rename, fsync of the directory.
+published atomically through the I/O layer (``FileIO.publish``: temp file, fsync, rename,
+fsync of the directory).
 """
 
 from __future__ import annotations
 
-import os
 import struct
-from pathlib import Path
 
 import numpy as np
 
@@ -43,31 +42,6 @@ def unseal(buf: bytes | memoryview, magic: bytes, name: str) -> memoryview:
     if CHECKSUM.unpack_from(view, end)[0] != xxh64(view[:end]):
         raise ChecksumError(f"{name}: checksum mismatch")
     return view[HEADER.size:end]
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Publish ``data`` as ``path``: temp file, fsync, rename, fsync of the directory."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-def remove_durably(path: Path) -> None:
-    """Remove ``path`` (if there) and fsync its directory."""
-    path.unlink(missing_ok=True)
-    fsync_dir(path.parent)
-
-
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Cursor:

@@ -40,7 +40,7 @@ from sarp.baselines.radix_nodes import (
     decode_columns,
     encode_nodes,
 )
-from sarp.baselines.sealed import Cursor, remove_durably, seal, unseal, write_atomic
+from sarp.baselines.sealed import Cursor, seal, unseal
 from sarp.errors import RecoveryError
 from sarp.matched_prefix import Tail
 from storage_backends import RecordStore
@@ -74,7 +74,7 @@ class SegmentRadix(BaselineIndex):
                     f"Segment-Radix (capped) at {str(self.path)!r} was not closed: its spilled "
                     "tree nodes may be newer than its snapshot, which it cannot reconcile; "
                     "build it again")
-            write_atomic(self.path / OPEN_FILE, b"")
+            self.io.publish(self.path / OPEN_FILE, b"")
         if cap is not None and self.store.kind == "odirect":
             self._spill = self._open_store(SPILL_DIR, memory_budget=1, dense_keys=False)
         elif cap is not None:
@@ -199,14 +199,15 @@ class SegmentRadix(BaselineIndex):
             written = self._spill.stats()["bytes_written"] - before
         header = np.array([self._tree.next_id, self._next_segment], dtype="<u8").tobytes()
         data = seal(MAGIC, header + encode_nodes(list(self._tree.nodes.values())))
-        write_atomic(self.path / SNAPSHOT_FILE, data)
+        self.io.publish(self.path / SNAPSHOT_FILE, data)
         return written + len(data)
 
     def _on_close(self) -> None:
         if self.store.persistent:
             self._snapshot()
             if self.settings.capped is not None:
-                remove_durably(self.path / OPEN_FILE)
+                self.io.unlink(self.path / OPEN_FILE)
+                self.io.fsync_dir(self.path)
 
     def _stores(self) -> list[RecordStore]:
         spill = getattr(self, "_spill", None)

@@ -15,11 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from sarp.baselines.sealed import seal, unseal, write_atomic
+from sarp.baselines.sealed import seal, unseal
 from sarp.checks import check_int
 from sarp.config import DEFAULT_METADATA_DTYPE, check_metadata_dtype
 from sarp.errors import ConfigMismatchError
 from storage_backends import KINDS
+from storage_backends.io import FileIO
 
 FILE = "baseline.json"
 MAGIC = b"SARPBSET"
@@ -79,7 +80,7 @@ def resolve(path: Path, design: str, given: dict[str, Any],
         settings = Settings(design=design, **given)
         check(settings)
         path.mkdir(parents=True, exist_ok=True)
-        write_atomic(file, settings.encode())
+        FileIO().publish(file, settings.encode())
         return settings
     stored = Settings.decode(file.read_bytes(), str(file))
     wanted = dataclasses.replace(stored, design=design, **given)
