@@ -413,9 +413,9 @@ class Index:
         self.recovery = recovery.rebuild(self)
         # numbering goes on past the journals there, so that if the rebuild stops before its
         # snapshot is published, its journals still follow theirs
-        self.record_seq = max((_last_record(self.io, p) for _, p in journal.files(self.path)),
-                              default=0)
-        seqs = [s for s, _ in journal.files(self.path)]
+        journals = journal.files(self.path)
+        self.record_seq = max((_last_record(self.io, p) for _, p in journals), default=0)
+        seqs = [s for s, _ in journals]
         seqs += [snapshot.FILES.seq(p) for p in snapshot.candidates(self.path)]
         self.epoch = max(seqs, default=0)
         self._journal = journal.JournalWriter(

@@ -107,11 +107,10 @@ class JournalWriter:
 
     def _sync(self) -> None:
         self._write_pending()
-        appended = self._appended_seq
         if self.unsynced:
             self._file.fdatasync()
             self._synced = self._offset
-        self._synced_seq = appended
+        self._synced_seq = self._appended_seq
 
     def _write_pending(self) -> None:
         if self._pending:
