@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             with sarp.open(args.path, backend=args.backend, snapshot_on_close=False) as index:
                 report = {"recovery": index.recovery, **index.stats()}
-    except (sarp.errors.SarpError, ValueError) as exc:
+    except (sarp.errors.SarpError, ValueError, OSError) as exc:  # one line, no traceback
         print(f"sarp {args.command}: {exc}", file=sys.stderr)
         return 1
     try:

@@ -36,7 +36,34 @@ def check_metadata_dtype(value: object) -> np.dtype:
     if dtype.hasobject or dtype.subdtype is not None or not 0 < dtype.itemsize <= 65535:
         raise ValueError("metadata_dtype must be a fixed-width dtype of 1 to 65535 bytes, "
                          f"not a subarray or object dtype, got {dtype}")
+    try:
+        stored = dtype_of_json(json.loads(json.dumps(dtype_json(dtype))))
+    except (TypeError, ValueError) as exc:
+        stored = exc
+    if stored != dtype:  # sarp.json could not give it back: the index would never reopen
+        raise ValueError(f"metadata_dtype {dtype} cannot be stored in sarp.json ({stored})")
     return dtype
+
+
+def dtype_json(dtype: np.dtype) -> Any:
+    """``dtype`` as a JSON value for ``sarp.json``: its array-interface descr."""
+    return np.lib.format.dtype_to_descr(dtype)
+
+
+def dtype_of_json(descr: Any) -> np.dtype:
+    """The dtype of a ``dtype_json`` value read back from JSON, whose tuples became lists."""
+    return np.lib.format.descr_to_dtype(_tuples(descr))
+
+
+def _tuples(descr: Any) -> Any:
+    """A descr read from JSON with its fields, titled names and shapes as tuples again."""
+    if not isinstance(descr, list):
+        return descr
+    fields = []
+    for name, fmt, *shape in descr:
+        field_ = (tuple(name) if isinstance(name, list) else name, _tuples(fmt))
+        fields.append(field_ + tuple(tuple(s) for s in shape))
+    return fields
 
 
 #: The format of ``sarp.json`` this version writes and reads (docs/config_format.txt)
@@ -112,7 +139,7 @@ class Config:
             if f.name == "namespace":
                 value = value.hex()
             elif f.name == "metadata_dtype":
-                value = np.lib.format.dtype_to_descr(value)
+                value = dtype_json(value)
             out[f.name] = value
         return out
 
@@ -121,9 +148,7 @@ class Config:
         """The Config of a ``to_json`` dict; values are checked as by the constructor."""
         args = dict(data)
         args["namespace"] = bytes.fromhex(args["namespace"])
-        descr = args["metadata_dtype"]
-        args["metadata_dtype"] = np.lib.format.descr_to_dtype(
-            [tuple(f) for f in descr] if isinstance(descr, list) else descr)
+        args["metadata_dtype"] = dtype_of_json(args["metadata_dtype"])
         return cls(**args)
 
     def merged_with_stored(self, stored: Config, given: set[str]) -> Config:

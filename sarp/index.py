@@ -44,6 +44,7 @@ from sarp.errors import (
     SyncFailedError,
 )
 from sarp.insertion import insert as insert_path
+from sarp.insertion import insert_stats
 from sarp.matched_prefix import MatchedPrefix
 from sarp.matching import COUNTERS, MatchResult
 from sarp.matching import match as match_path
@@ -138,12 +139,18 @@ class Index:
         """Register a processed sequence with one metadata record per full block.
 
         ``metadata=None`` stores zeroed records. Returns when the insert is acknowledged:
-        its segments and journal record are durable in the index's durability mode.
+        its segments and journal record are durable in the index's durability mode. Returns
+        its counters: the matching path's for the windows it matched (``windows``,
+        ``segments_retrieved``, ...), ``segments_written``, ``segments_extended``,
+        ``blocks_written`` and ``new_blocks`` (blocks the index did not hold); all zero for
+        a sequence shorter than one block.
         """
         q = self._query_ids(tokens, block_ids, namespace)
         meta = self._metadata_rows(metadata, len(q))
         if len(q) == 0:
-            return {}
+            st = insert_stats()
+            self._count_insert(st)
+            return st
         self._journal.stop.check()  # a stopped journal: refused before anything is written
         events = Events()
         place = self.directory.place
@@ -173,13 +180,16 @@ class Index:
             self._schedule(events, held)
             if self._worker.enabled:
                 time.sleep(0)  # let the worker take the GIL and start now, as on a spare core
+        self._count_insert(st)
+        self._maybe_snapshot(st["blocks_written"] > 0)
+        return st
+
+    def _count_insert(self, st: dict[str, int]) -> None:
         with self._counter_lock:
             c = self.counters
             c["inserts"] += 1
             for k in INSERT_COUNTERS:
                 c[k] += st[k]
-        self._maybe_snapshot(st["blocks_written"] > 0)
-        return st
 
     @_call
     def flush(self) -> None:
@@ -314,12 +324,12 @@ class Index:
         for root in events.remat:
             self._worker.submit(lambda r=root: self._rematerialize(r, then, held))
 
-    def run_inline(self, events: Events) -> None:
+    def _run_inline(self, events: Events) -> None:
         """Run the jobs of ``events`` (and those they trigger) now, on this thread."""
         for root in events.refine:
-            self._backfill(root, self.run_inline)
+            self._backfill(root, self._run_inline)
         for root in events.remat:
-            self._rematerialize(root, self.run_inline)
+            self._rematerialize(root, self._run_inline)
 
     def _backfill(self, root: int, then: Callable[[Events], None],
                   held: HeldSegments | None = None) -> None:
@@ -527,12 +537,15 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
         storage_backends.salvage(root / STORE_DIR, backend)
         salvage_s = time.perf_counter() - t1
     created = [p for p in (root, root / STORE_DIR) if not p.exists()]
+    # a failed creation also removes what it added to a directory that was there (sarp.json,
+    # the first journal), which would otherwise name an index whose store is gone
+    before = None if existing or not root.exists() else {p.name for p in root.iterdir()}
     try:
         store = storage_backends.open_store(
             backend, root / STORE_DIR, memory_budget=memory_budget, durability=durability,
             direct_io=direct_io, dense_keys=True, **store_options)
     except BaseException:
-        _remove_created(created)
+        _remove_created(created, root, before, io)
         raise
     store_open_s = time.perf_counter() - t0
     try:
@@ -555,7 +568,7 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
             index._start(existing)
     except BaseException:
         store.close()
-        _remove_created(created)
+        _remove_created(created, root, before, io)
         raise
     index.recovery["store_open_s"] = store_open_s
     if salvage_s is not None:
@@ -566,9 +579,7 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
 
 def _index_path(path: object) -> Path:
     """``path`` as a Path to a directory that is, or can become, an index directory."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
-    root = Path(path)
+    root = _as_path(path)
     check_directory(root, f"path {str(root)!r} is a file, not an index directory",
                     f"path {str(root)!r} cannot be created")
     return root
@@ -624,12 +635,27 @@ def _check_segments_fit(cfg: Config, store: storage_backends.RecordStore) -> Non
                          "either, or raise the store's max_value_size")
 
 
-def _remove_created(paths: list[Path]) -> None:
-    """Remove what a failed open created: the first of ``paths`` that exists, with all in it."""
+def _remove_created(paths: list[Path], root: Path, before: set[str] | None,
+                    io: FileIO) -> None:
+    """Remove what a failed open created: the first of ``paths`` that exists, with all in it,
+    and, given ``before`` (the names ``root`` held before a creation), every entry added to
+    ``root`` since; then sync ``root``, so that a crash does not bring them back."""
     for p in paths:
         if p.exists():
             shutil.rmtree(p, ignore_errors=True)
-            return
+            break
+    if before is None or not root.exists():
+        return
+    for p in root.iterdir():
+        if p.name not in before:
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+    try:
+        io.fsync_dir(root)
+    except OSError:
+        pass  # the open's own error is the one raised; a crash now leaves a creation to redo
 
 
 def _check_open_options(every_inserts: int, every_seconds: float, **flags: bool) -> None:
@@ -645,9 +671,16 @@ def _check_open_options(every_inserts: int, every_seconds: float, **flags: bool)
             raise TypeError(f"{name} must be a bool, got {value!r}")
 
 
+def _as_path(path: object) -> Path:
+    """``path`` as a Path, or TypeError naming it."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    return Path(path)
+
+
 def require_index(path: str | os.PathLike) -> None:
     """Raise ValueError unless ``path`` holds a SARP index (``open`` would create one)."""
-    if not (Path(path) / CONFIG_FILE).is_file():
+    if not (_as_path(path) / CONFIG_FILE).is_file():
         raise ValueError(f"path {str(path)!r} holds no SARP index")
 
 

@@ -38,6 +38,14 @@ OnWrite = Callable[[list, int], None]
 WindowLock = Callable[[int], threading.Lock]
 
 
+def insert_stats() -> dict[str, int]:
+    """The counters an insert returns, zeroed: the matching path's (``COUNTERS``, for the
+    windows it matched) and what it wrote."""
+    st = dict.fromkeys(COUNTERS, 0)
+    st.update(segments_written=0, segments_extended=0, blocks_written=0, new_blocks=0)
+    return st
+
+
 def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: np.ndarray,
            meta: np.ndarray, max_retrieval: int, on_write: OnWrite,
            window_lock: WindowLock | None = None, known: int = 0,
@@ -62,8 +70,7 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
     at ws shares that segment's first block ID, so it waits, then matches what this one wrote:
     no extension is overwritten by another. One window lock is held at a time.
     """
-    st = dict.fromkeys(COUNTERS, 0)
-    st.update(segments_written=0, segments_extended=0, blocks_written=0, new_blocks=0)
+    st = insert_stats()
     m = None  # the window matcher of q, made when the first window is matched
     S = cfg.segment_blocks
     n = len(q)

@@ -104,7 +104,7 @@ def _replay_record(index: Index, rec: journal.Record, report: dict[str, Any]) ->
         if seg is None:  # written after its last durable point: not acknowledged
             report["missing_segments"] += 1
             continue
-        index.run_inline(index.directory.place(seg.segment_id, seg.block_ids))
+        index._run_inline(index.directory.place(seg.segment_id, seg.block_ids))
 
 
 def roll_forward(index: Index, report: dict[str, Any]) -> None:
@@ -129,7 +129,7 @@ def roll_forward(index: Index, report: dict[str, Any]) -> None:
     while (seg := segs.read(segs.next_id)) is not None:
         segs.advance_past(seg.segment_id)
         index._journal_append([seg.segment_id], seg.block_count)
-        index.run_inline(index.directory.place(seg.segment_id, seg.block_ids))
+        index._run_inline(index.directory.place(seg.segment_id, seg.block_ids))
         report["rolled_forward"] += 1
     if report["rolled_forward"]:
         index._journal.sync()
@@ -143,10 +143,10 @@ def redo_pending(index: Index, report: dict[str, Any]) -> None:
     t = d.table
     for e in np.flatnonzero(t.entry_flags() & rt.REFINING).tolist():
         d.backfills.setdefault(e, Build("refine", e))
-        index.run_inline(Events(refine=[e]))
+        index._run_inline(Events(refine=[e]))
         report["redone_builds"] += 1
     for e in np.flatnonzero(t.entry_flags() & rt.REMAT).tolist():
-        index.run_inline(Events(remat=[e]))
+        index._run_inline(Events(remat=[e]))
         report["redone_builds"] += 1
     hidden = np.flatnonzero((t.entry_flags() & rt.VISIBLE) == 0)
     t.make_visible(hidden.astype(np.int64))
@@ -162,7 +162,7 @@ def rebuild(index: Index) -> dict[str, Any]:
     blocks = 0
     for seg in index.segments.scan():
         index.segments.advance_past(seg.segment_id)
-        index.run_inline(index.directory.place(seg.segment_id, seg.block_ids))
+        index._run_inline(index.directory.place(seg.segment_id, seg.block_ids))
         blocks += seg.block_count
     index.counters["indexed_blocks"] = blocks
     return {"rebuild_s": time.perf_counter() - t0, "segments": index.segments.next_id,

@@ -1,4 +1,4 @@
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -22,7 +22,7 @@ def encode_segment(
     segment_id: int,
     start: int,
     block_ids: npt.NDArray[np.uint64],
-    metadata: Buffer,
+    metadata: Buffer | npt.NDArray[Any],
     meta_width: int,
 ) -> bytes:
     """The record of a segment; metadata is exactly len(block_ids) * meta_width bytes."""
@@ -33,5 +33,7 @@ def read_header(buf: Buffer) -> tuple[int, int, int, int]:
 def decode_segment(buf: Buffer) -> Segment:
     """The fully checked Segment of a record, its arrays viewing ``buf``."""
 
-def append_blocks(buf: Buffer, block_ids: npt.NDArray[np.uint64], metadata: Buffer) -> bytes:
+def append_blocks(
+    buf: Buffer, block_ids: npt.NDArray[np.uint64], metadata: Buffer | npt.NDArray[Any]
+) -> bytes:
     """A new record: the checked record ``buf`` with more blocks appended."""

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import errno
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import sarp
 from sarp.errors import ConfigMismatchError, IndexClosedError, StoreLockedError
+from storage_backends.io import FileIO
 
 
 @pytest.fixture
@@ -171,6 +175,9 @@ def test_closed_index_raises(tmp_path):
         (dict(metadata_dtype=None), TypeError, "metadata_dtype"),
         (dict(metadata_dtype="garbage"), TypeError, "metadata_dtype"),
         (dict(metadata_dtype=np.dtype(("u1", (4,)))), ValueError, "subarray"),
+        (dict(metadata_dtype=np.dtype({"names": ["a", "b"], "formats": ["<u4", "<u2"],
+                                       "offsets": [4, 0]})), ValueError,
+         "metadata_dtype .* cannot be stored in sarp.json"),
     ],
 )
 def test_bad_open_options_raise_and_create_nothing(tmp_path, kwargs, exc, word):
@@ -185,6 +192,30 @@ def test_a_failed_creation_in_an_empty_directory_leaves_it_empty(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+class _NoRoomForJournals(FileIO):
+    """Publishing a journal fails, as on a full device: after sarp.json is written."""
+
+    def publish(self, path, data):
+        if Path(path).name.startswith("journal"):
+            raise OSError(errno.ENOSPC, "No space left on device (injected)", str(path))
+        return super().publish(path, data)
+
+
+@pytest.mark.parametrize("there", [False, True])
+def test_a_creation_that_fails_after_its_config_is_written_leaves_nothing(tmp_path, there):
+    """In a directory that was there too: a sarp.json left behind would name an index whose
+    store is gone, and every later open would refuse it."""
+    path = tmp_path / "i"
+    if there:
+        path.mkdir()
+    with pytest.raises(OSError, match="injected"):
+        sarp.open(path, backend="wiredtiger", _io=_NoRoomForJournals())
+    assert (sorted(p.name for p in path.iterdir()) == []) if there else not path.exists()
+    with sarp.open(path, backend="wiredtiger") as index:
+        index.insert(tokens=tokens(64))
+        assert index.match(tokens=tokens(64)).num_blocks == 4
+
+
 @pytest.mark.parametrize("path, exc, word", [
     (None, TypeError, "path must be a str or os.PathLike"),
     (123, TypeError, "path must be a str or os.PathLike"),
@@ -196,6 +227,20 @@ def test_a_bad_path_is_refused_by_name(tmp_path, monkeypatch, path, exc, word):
     with pytest.raises(exc, match=word):
         sarp.open(path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_an_insert_shorter_than_a_block_returns_the_same_counters(tmp_path):
+    with sarp.open(tmp_path / "i", backend="memory") as index:
+        full = index.insert(tokens=tokens(160))
+        short = index.insert(tokens=tokens(10, 1))
+        assert short.keys() == full.keys() and not any(short.values())
+        assert index.stats()["inserts"] == 2
+
+
+@pytest.mark.parametrize("call", [sarp.rebuild, sarp.index.require_index])
+def test_rebuild_names_a_bad_path(call):
+    with pytest.raises(TypeError, match="path must be a str or os.PathLike, got int"):
+        call(3)
 
 
 def test_numpy_integers_are_taken_as_integers(tmp_path):
@@ -245,6 +290,21 @@ def test_reopen_finds_the_backend(tmp_path):
         assert index.store.kind == "flashlog" and index.match(tokens=t).num_blocks == 12
     with sarp.open(tmp_path / "new") as index:
         assert index.store.kind == sarp.index.DEFAULT_BACKEND
+
+
+@pytest.mark.parametrize("dtype", [
+    [(("where the block is", "node"), "<u8")],  # a title: a name pair in the JSON
+    [("where", [("node", "<u4"), (("tier of it", "tier"), "u1")]), ("at", "<u8", (2,))],
+])
+def test_a_structured_metadata_dtype_reopens(tmp_path, dtype):
+    dtype = np.dtype(dtype)
+    meta = np.zeros(4, dtype)
+    meta.view(np.uint8)[:] = np.arange(meta.nbytes) % 251
+    with sarp.open(tmp_path / "i", backend="wiredtiger", metadata_dtype=dtype) as index:
+        index.insert(tokens=tokens(64), metadata=meta)
+    with sarp.open(tmp_path / "i") as index:
+        assert index.config.metadata_dtype == dtype
+        assert index.match(tokens=tokens(64)).metadata.tobytes() == meta.tobytes()
 
 
 def test_memory_backend_reopens_empty(tmp_path):

@@ -67,3 +67,15 @@ def test_a_closed_pipe_is_not_an_error(index_path):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0, err
     assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+@pytest.mark.parametrize("command", ["stats", "rebuild"])
+def test_an_os_error_is_reported_in_one_line(index_path, command, capsys):
+    """A file of the index the system cannot open (here a journal that became a directory)."""
+    journal = sorted(index_path.glob("journal-*"))[-1]
+    journal.unlink()
+    journal.mkdir()
+    assert main([command, str(index_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"sarp {command}: ") and "Is a directory" in err
+    assert "Traceback" not in err and len(err.splitlines()) == 1
