@@ -35,6 +35,7 @@ DEFAULT_INSTANCES = 64
 # pages mean shorter chains (fewer filter probes and false positives per lookup) and less DRAM
 # per key for the per-page state.
 MAX_PAGE_BLOCKS = 1024
+MIN_PAGE_BLOCKS = 4  # whatever the budget: the page buffers hold at least this much
 COMPACT_FLOOR = 4 << 20  # no compaction below this many record bytes in the log
 _END = REC.pack(BATCH_END, 0, 0)
 
@@ -57,7 +58,8 @@ class FlashLogStore(RecordStore):
             manifest = self._open_manifest(instances)
             self._ninst, self._block, log_no, log_synced, closed_wal, closed_blocks = manifest
             self._page_target = min(MAX_PAGE_BLOCKS, max(
-                4, memory_budget // 2 // self._ninst // self._block)) * (self._block - 8)
+                MIN_PAGE_BLOCKS, memory_budget // 2 // self._ninst // self._block)) * (
+                self._block - 8)
             self._wal_limit = max(4 << 20, 2 * self._ninst * self._page_target)
             self._buffers: list[dict[int, tuple[int, bytes]]] = [{} for _ in range(self._ninst)]
             self._buffered = [0] * self._ninst

@@ -39,8 +39,16 @@ def check_workload(name: str) -> str:
                      f"or {MOONCAKE}PATH)")
 
 
+def effective_scale(name: str, scale: float) -> float:
+    """The scale ``load_workload`` applies to ``name``: a Mooncake file is replayed whole, and
+    the agent trace has no more sessions than it holds (at most 1)."""
+    if name.startswith(MOONCAKE):
+        return 1.0
+    return scale if name.startswith("synthetic/") else min(scale, 1.0)
+
+
 def load_workload(name: str, scale: float = 1.0, seed: int = 0) -> Workload:
-    """The sessions of workload ``name`` at ``scale``."""
+    """The sessions of workload ``name`` at ``scale`` (``effective_scale``)."""
     kind, _, rest = check_workload(name).partition("/")
     if name.startswith(MOONCAKE):
         return read_mooncake(name[len(MOONCAKE):])

@@ -16,6 +16,7 @@ import platform
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,8 @@ from typing import Any
 import sarp
 from sarp.bench import metrics
 from sarp.bench.backends import unavailable
-from sarp.bench.catalog import load_workload
-from sarp.bench.designs import BREAKDOWN, DESIGNS, Setup
+from sarp.bench.catalog import effective_scale, load_workload
+from sarp.bench.designs import BREAKDOWN, DESIGNS, DRAM_BACKEND, Setup
 from sarp.bench.measure import combine, measure_once
 from sarp.bench.progress import Progress
 from sarp.bench.recovery_bench import RECOVERY_DESIGNS, recovery
@@ -79,22 +80,40 @@ def run(opts: RunOptions, out: Path, progress: Progress) -> dict[str, Any]:
             progress.note(f"{name}: {len(p.contexts)} requests, {p.unique_blocks} unique blocks")
             results["meta"]["workloads"][name] = {"requests": len(p.contexts),
                                                   "unique_blocks": p.unique_blocks,
-                                                  "memory_budget": store_budget(p)}
+                                                  "memory_budget": store_budget(p),
+                                                  "scale": effective_scale(name, opts.scale)}
             work = Path(tmp) / name.replace("/", "_").replace(":", "_")
             work.mkdir(parents=True)
             exact = _workload_rows(opts, p, backends, work, progress, results)
             if opts.sweep:
-                results["sweep"] += sweep(p, exact, opts.sweep, _setup(opts, p, "memory"), work,
-                                          progress)
+                results["sweep"] += _section(
+                    results, f"{name} sweep", sweep, p, exact, opts.sweep,
+                    _setup(opts, p, "memory"), work, progress) or []
             if opts.threads:
                 caps = results["meta"]["radix_caps"]
-                results["threads"] += _scaling(opts, p, backends, caps, work, progress)
+                results["threads"] += _section(
+                    results, f"{name} threads", _scaling, opts, p, backends, caps, work,
+                    progress) or []
             shutil.rmtree(work, ignore_errors=True)
         if opts.recovery_blocks:
-            results["recovery"] = _recovery(opts, backends, Path(tmp), progress)
+            results["recovery"] = _section(
+                results, "recovery", _recovery, opts, backends, Path(tmp), progress) or {}
     metrics.space_ratios(results["rows"])
     results["meta"]["seconds"] = time.perf_counter() - t0
     return results
+
+
+def _section(results: dict[str, Any], name: str, work: Callable[..., Any], *args: Any) -> Any:
+    """``work(*args)``, or None when it raises: a section that fails (the sweep, the threads
+    table, the recovery section) becomes a note of the report, and the rows measured so far
+    stay. Its last argument is the run's ``Progress``."""
+    try:
+        return work(*args)
+    except Exception as exc:
+        note = f"{name}: failed ({type(exc).__name__}: {exc}); the run went on without it"
+        results["meta"]["notes"].append(note)
+        args[-1].note(note)
+        return None
 
 
 def run_sweep(opts: RunOptions, out: Path, progress: Progress) -> dict[str, Any]:
@@ -150,7 +169,8 @@ def _workload_rows(opts: RunOptions, p: Prepared, backends: list[str], work: Pat
                 except Exception as exc:
                     if name == "exact":
                         raise
-                    failed[name] = metrics.failed_row(p.name, name, backend, exc)
+                    failed[name] = metrics.failed_row(
+                        p.name, name, backend if DESIGNS[name].ssd else DRAM_BACKEND, exc)
                     continue
                 row = reps[name][-1][0]
                 if name == "sarp" and cap is None and row["routing_bytes"] is not None:

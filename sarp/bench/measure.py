@@ -10,6 +10,7 @@ from typing import Any
 
 from sarp.bench import metrics
 from sarp.bench.designs import DRAM_BACKEND, Design, Setup
+from sarp.bench.disk import drop_page_cache
 from sarp.bench.progress import Progress
 from sarp.bench.replay import Prepared, Trace, replay
 
@@ -68,7 +69,7 @@ def combine(reps: list[tuple[dict[str, Any], Trace]]) -> Measured:
 
 def _persistence(row: dict[str, Any], design: Design, setup: Setup, path: Path,
                  snap: dict[str, Any]) -> None:
-    """Store size after close, then the recovery report of a reopen."""
+    """Store size after close, then the recovery report of a reopen from the disk."""
     if not design.ssd:
         store, store_reason = None, "DRAM-only design: no store on disk"
     elif setup.backend == "memory":
@@ -79,6 +80,7 @@ def _persistence(row: dict[str, Any], design: Design, setup: Setup, path: Path,
     if design.ssd and setup.backend == "memory":
         reason = "memory backend is not persistent"
     else:
+        drop_page_cache(path)  # as after a restart, and as in the recovery section
         reopened = design.open(path, setup)
         recovery = dict(reopened.recovery)
         reopened.close()

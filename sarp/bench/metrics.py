@@ -210,10 +210,13 @@ def median_row(reps: list[dict[str, Any]]) -> dict[str, Any]:
     out = dict(reps[0])
     out["na"] = {k: v for r in reps for k, v in r["na"].items()}
     for name, value in reps[0].items():
-        if name in KEYS or name == "na" or isinstance(value, (str, bool)):
+        if name in KEYS or name == "na" or isinstance(value, (str, bool, list)):
             continue
         values = [r[name] for r in reps if isinstance(r.get(name), (int, float))]
         out[name] = statistics.median(values) if values else None
+    refused = sorted({kind for r in reps for kind in r.get("direct_io_refused", [])})
+    if refused:  # in any repetition: that one read through the page cache
+        out["direct_io_refused"] = refused
     out["requests"] = min(r["requests"] for r in reps)
     out["repeats"] = len(reps)
     # in repetition order: repetition r of every design on a backend ran side by side

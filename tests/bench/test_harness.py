@@ -2,6 +2,7 @@
 metric needs a device (the I/O calls: odirect and flashlog)."""
 
 import dataclasses
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,7 +18,7 @@ from sarp.bench.measure import measure_once
 from sarp.bench.metrics import FIELDS
 from sarp.bench.progress import Progress
 from sarp.bench.recovery_bench import mix
-from sarp.bench.replay import Trace, prepare
+from sarp.bench.replay import ENTRY_BYTES, Trace, prepare
 from sarp.bench.report import _budget_share, paired_range, ratios, render
 from sarp.bench.results import load_results, write_results
 
@@ -202,14 +203,22 @@ def test_progress_bars_stay_out_of_a_log_but_notes_do_not(capsys):
     assert capsys.readouterr().err == "one line\n"
 
 
-def test_report_says_when_the_budget_floor_exceeds_the_store(results):
+def test_the_budget_is_a_tenth_of_the_store_and_the_report_names_raised_caches(results):
+    """No floor of the harness's own: an engine keeps its smallest cache itself, and the report
+    says which did and whether that cache holds the whole store."""
     _, res = results
     w = next(iter(res["meta"]["workloads"].values()))
-    assert w["memory_budget"] == 1 << 20  # the tiny workload is under the floor
+    assert w["memory_budget"] == w["unique_blocks"] * ENTRY_BYTES // 10
     line = _budget_share(w)
-    assert "of SSD-BlockHash's store" in line and "measure cached reads" in line
-    big = {"unique_blocks": 10 * w["memory_budget"], "memory_budget": w["memory_budget"]}
-    assert "measure cached reads" not in _budget_share(big)
+    assert "(10% of SSD-BlockHash's store)" in line
+    assert "wiredtiger 1024 KiB" in line and "rocksdb 64 KiB" in line and "flashlog" in line
+    assert "wiredtiger, rocksdb, flashlog can hold the whole store in memory" in line
+    mid = {"unique_blocks": 200_000, "memory_budget": 480_000}  # 4.8 MB store
+    line = _budget_share(mid)
+    assert "wiredtiger 1024 KiB (22% of the store)" in line and "rocksdb" not in line
+    assert "flashlog 1024 KiB (22% of the store)" in line and "from DRAM" not in line
+    big = {"unique_blocks": 1_000_000, "memory_budget": 2_400_000}
+    assert _budget_share(big) == " (10% of SSD-BlockHash's store)"
 
 
 def test_replication_keeps_prefix_structure_with_fresh_ids():
@@ -238,6 +247,21 @@ def test_missing_redis_is_reported_not_fatal(tmp_path, monkeypatch):
     assert any("redis-server not found" in n for n in section["notes"])
 
 
+def test_recovery_of_a_workload_without_a_full_block_is_a_note(tmp_path):
+    from sarp.bench import recovery_bench
+    from sarp.bench.catalog import load_workload
+    from sarp.bench.replay import prepare
+
+    trace = tmp_path / "short.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": t, "input_length": 100, "output_length": 5,
+                                         "hash_ids": [1]}) + "\n" for t in range(3)))
+    name = f"mooncake:{trace}"
+    p = prepare(name, load_workload(name))
+    section = recovery_bench.recovery(p, [10], ["sarp", "redis"], "wiredtiger", tmp_path,
+                                      "none", Progress(False))
+    assert section["rows"] == [] and any("no full block" in n for n in section["notes"])
+
+
 def test_repetitions_interleave_across_designs_and_a_failure_is_an_na_row(tmp_path, monkeypatch):
     from sarp.bench import harness, measure
 
@@ -245,21 +269,23 @@ def test_repetitions_interleave_across_designs_and_a_failure_is_an_na_row(tmp_pa
 
     def recording(design, setup, p, *, rep, **kw):
         calls.append((rep, design.name))
-        if design.name == "segment-hash" and rep == 1:
+        if design.name == "segment-hash" and rep == 1 or design.name == "dram-blockhash":
             raise RuntimeError("engine gave up")
         return measure.measure_once(design, setup, p, rep=rep, **kw)
 
     monkeypatch.setattr(harness, "measure_once", recording)
-    designs = ["sarp", "segment-hash", "segment-radix-capped"]
+    designs = ["sarp", "segment-hash", "segment-radix-capped", "dram-blockhash"]
     opts = RunOptions(workloads=[WORKLOAD], designs=designs, backends=["memory"], scale=0.05,
                       repeat=3, threads=[], sweep=[])
     res = run(opts, tmp_path, Progress(False))
-    ssd = [c for c in calls if c[1] != "exact"]
+    ssd = [c for c in calls if c[1] not in ("exact", "dram-blockhash")]
     assert ssd == [(0, "sarp"), (0, "segment-hash"), (0, "segment-radix-capped"),
                    (1, "sarp"), (1, "segment-hash"), (1, "segment-radix-capped"),
                    (2, "sarp"), (2, "segment-radix-capped")]
     rows = {r["design"]: r for r in res["rows"]}
     assert rows["segment-hash"]["error"] and "engine gave up" in rows["segment-hash"]["error"]
+    assert rows["dram-blockhash"]["error"] and rows["dram-blockhash"]["backend"] == "dram"
+    assert rows["segment-hash"]["backend"] == "memory"
     assert rows["sarp"]["repeats"] == 3 and rows["segment-radix-capped"]["repeats"] == 3
     # the cap is SARP's routing bytes in its first repetition (background timing may move
     # the median by a few superseded list versions)
@@ -331,3 +357,86 @@ def test_thread_rows_are_medians_of_interleaved_repetitions(tmp_path, monkeypatc
     assert rows[0]["throughput_rps"] == 5.0  # walls 1, 3, 2 -> 10, 3.33, 5 req/s
     assert rows[1]["throughput_rps"] == 5.0  # walls 4, 2, 1 -> 2.5, 5, 10 req/s
     assert rows[1]["speedup"] == 1.0
+
+
+def test_a_refusal_of_direct_io_in_any_repetition_stays_in_the_row():
+    reps = []
+    for i, refused in enumerate([None, ["odirect"], ["flashlog", "odirect"]]):
+        r = metrics.new_row("w", "sarp", "odirect")
+        r.update(requests=10, throughput_rps=100.0 + i, truncated=False)
+        if refused:
+            r["direct_io_refused"] = refused
+        reps.append(r)
+    assert metrics.median_row(reps)["direct_io_refused"] == ["flashlog", "odirect"]
+    assert "direct_io_refused" not in metrics.median_row(reps[:1])
+
+
+def test_a_failing_section_is_a_note_and_the_rows_stay(tmp_path, monkeypatch):
+    """The threads table, the sweep and the recovery section run after the main rows: one that
+    raises must not take those rows with it."""
+    from sarp.bench import harness
+
+    def boom(*args, **kw):
+        raise RuntimeError("engine gave up")
+
+    for name in ("sweep", "_scaling", "_recovery"):
+        monkeypatch.setattr(harness, name, boom)
+    opts = RunOptions(workloads=[WORKLOAD], designs=["sarp"], backends=["memory"], scale=0.05,
+                      repeat=1, threads=[1, 2], sweep=[1], recovery_blocks=[1000])
+    res = run(opts, tmp_path, Progress(False))
+    assert {r["design"] for r in res["rows"]} == {"exact", "sarp"}
+    assert res["threads"] == [] and res["sweep"] == [] and res["recovery"] == {}
+    notes = [n for n in res["meta"]["notes"] if "engine gave up" in n]
+    assert [n.split(":")[0] for n in notes] == [f"{WORKLOAD} sweep", f"{WORKLOAD} threads",
+                                                 "recovery"]
+
+
+@pytest.mark.parametrize("name", ["sarp", "dram-blockhash"])
+def test_every_timed_reopen_recovers_the_same_index(tmp_path, monkeypatch, name):
+    """The first insert after a reopen is timed on one more reopen: one made in a timed reopen
+    would grow the index the next one recovers."""
+    from sarp.bench import recovery_bench
+    from sarp.bench.catalog import load_workload
+    from sarp.bench.replay import prepare
+
+    design = recovery_bench.DESIGNS[name]
+    recovered = []
+
+    def opener(path, setup):
+        index = design.open(path, setup)
+        recovered.append(index.recovery.get("bytes_read"))
+        return index
+
+    monkeypatch.setitem(recovery_bench.DESIGNS, name,
+                        dataclasses.replace(design, opener=opener))
+    p = prepare(WORKLOAD, load_workload(WORKLOAD, 0.05))
+    section = recovery_bench.recovery(p, [10], [name], "wiredtiger", tmp_path, "none",
+                                      Progress(False), repeat=3)
+    row, = section["rows"]
+    assert row["first_insert_s"] > 0
+    assert len(recovered) == 5 and recovered[0] in (None, 0)  # the build's own open
+    assert len(set(recovered[1:])) == 1 and recovered[1] > 0
+
+
+def test_a_row_times_its_reopen_from_the_disk(tmp_path, monkeypatch):
+    """recovery_s of a row, like the recovery section's, reads the index's files from the disk:
+    they are dropped from the page cache between the close and the reopen."""
+    from sarp.bench import measure
+    from sarp.bench.catalog import load_workload
+    from sarp.bench.replay import prepare
+
+    events = []
+    monkeypatch.setattr(measure, "drop_page_cache", lambda path: events.append(("drop", path)))
+    design = DESIGNS["sarp"]
+
+    def opener(path, setup):
+        events.append(("open", path))
+        return design.open(path, setup)
+
+    p = prepare(WORKLOAD, load_workload(WORKLOAD, 0.05))
+    row, _ = measure.measure_once(dataclasses.replace(design, opener=opener),
+                                  Setup("wiredtiger", 1 << 20, "none", True), p, rep=0,
+                                  workdir=tmp_path, exact=None, time_limit=None,
+                                  progress=Progress(False))
+    assert [e[0] for e in events] == ["open", "drop", "open"] and events[1][1] == events[2][1]
+    assert row["recovery_s"] > 0

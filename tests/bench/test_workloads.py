@@ -194,3 +194,19 @@ def test_catalog_names_the_whole_trace_and_refuses_unknown_names():
     assert len(whole) == sum(len(load_workload(f"trace/{s}")) for s in SUBSETS)
     with pytest.raises(ValueError, match="trace/everything"):
         check_workload("trace/everything")
+
+
+def test_the_scale_applied_is_the_one_reported(tmp_path):
+    """A Mooncake file is replayed whole and the agent trace has no more sessions than it
+    holds, whatever --scale says: the report names the scale each workload got."""
+    from sarp.bench.catalog import effective_scale, load_workload
+
+    path = tmp_path / "t.jsonl"
+    write_mooncake(synthetic("ultrachat", 0.02, 0), path, block_tokens=16)
+    name = f"mooncake:{path}"
+    assert len(load_workload(name, 0.25)) == len(load_workload(name, 1.0))
+    assert effective_scale(name, 0.25) == 1.0
+    assert len(load_workload("trace/magagent", 4.0)) == len(load_workload("trace/magagent", 1))
+    assert effective_scale("trace/magagent", 4.0) == 1.0
+    assert effective_scale("trace/magagent", 0.25) == 0.25
+    assert effective_scale("synthetic/codeact", 4.0) == 4.0
