@@ -170,7 +170,7 @@ class Index:
         known, tail = self._matched.recall(q)
         st = insert_path(self.config, self.directory, self.segments, q, meta,
                          self.config.max_retrieval, on_write, self._window_lock,
-                         known=known, tail=tail, held=held)
+                         known=known, settled=self._matched.settled(), tail=tail, held=held)
         if self.store.durability == "sync":
             # Also when this insert wrote nothing: the segments it matched may belong to an
             # insert that has not returned yet, whose record this sync writes.

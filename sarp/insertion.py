@@ -48,14 +48,15 @@ def insert_stats() -> dict[str, int]:
 
 def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: np.ndarray,
            meta: np.ndarray, max_retrieval: int, on_write: OnWrite,
-           window_lock: WindowLock | None = None, known: int = 0,
+           window_lock: WindowLock | None = None, known: int = 0, settled: bool = False,
            tail: Tail | None = None, held: HeldSegments | None = None) -> dict[str, int]:
     """Insert block IDs ``q`` with metadata rows ``meta`` (uint8, shape (n, width)).
 
     ``known``: blocks at the start of ``q`` already verified as stored (the prefix this
     thread's last match verified, ``sarp.matched_prefix``). Whole windows inside it are
-    stored for good (segments only grow), so they are skipped without a read; only the last
-    one's lock is passed through (see the loop).
+    stored for good (segments only grow), so they are skipped without a read. ``settled``:
+    no write overlapped that match (``MatchedPrefix.settled``); if one may have, the skipped
+    windows' locks are passed through first (see the loop).
     ``tail``: where that match stopped inside the next window; its segment is taken for that
     window without a read, as the answer or as the match to beat (``_from_tail``).
     ``held``: segments this request already holds (``sarp.segments.HeldSegments``), which
@@ -85,13 +86,14 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
     diverged = False
     found_end, stored = 0, None
     first = known // S * S
-    if first and window_lock is not None:
-        # The last window ``known`` covers may end in a segment that another insert extended
-        # and is still registering, with the new windows after it, under that window's
-        # lock: pass through the lock, so that this insert matches what that one wrote
-        # instead of writing it again.
-        with window_lock(int(q[first - S])):
-            pass
+    if first and window_lock is not None and not settled:
+        # The match may have read segments of an insert still registering them, and the
+        # windows after them: that insert holds the lock of the first window it wrote, one of
+        # those skipped here. Pass through their locks, so that this insert matches what that
+        # one wrote instead of writing it again.
+        for ws in range(0, first, S):
+            with window_lock(int(q[ws])):
+                pass
     try:
         for ws in range(first, n, S):
             we = min(ws + S, n)

@@ -83,6 +83,7 @@ class Tail:
 class _Last:
     query: np.ndarray  # a copy of the matched query
     verified: int  # blocks of it the match verified
+    settled: bool  # no write overlapped the match
     tail: Tail | None
     held: Any  # what the match read, for the next insert (``take_held``)
 
@@ -107,7 +108,14 @@ class MatchedPrefix:
         t = None
         if tail is not None and stamp is not None:
             t = Tail(*tail, tail[1] < len(q), stamp, self.clock)
-        self._local.last = _Last(q.copy(), verified, t, held)
+        self._local.last = _Last(q.copy(), verified, self.clock.unchanged(stamp), t, held)
+
+    def settled(self) -> bool:
+        """Whether no write overlapped this thread's last match: none was in flight when it
+        began, and none began before it ended (``remember`` is called as it ends). Then every
+        segment it verified was registered before it began."""
+        last = getattr(self._local, "last", None)
+        return last is not None and last.settled
 
     def take_held(self) -> Any:
         """What this thread's last match read (``remember``'s ``held``), once: the first

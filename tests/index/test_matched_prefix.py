@@ -40,6 +40,23 @@ def test_recall_is_the_remembered_prefix_of_the_same_thread_only():
     assert seen == [(0, None)]
 
 
+def test_a_match_is_settled_only_when_no_write_overlapped_it():
+    mp = MatchedPrefix()
+    assert not mp.settled()  # no match yet
+    mp.remember(_ids(10), 10, mp.stamp())
+    assert mp.settled()
+    stamp = mp.stamp()
+    with mp.clock.writing():  # a write begins during the match
+        pass
+    mp.remember(_ids(10), 10, stamp)
+    assert not mp.settled()
+    with mp.clock.writing():  # a write in flight when the match began
+        mp.remember(_ids(10), 10, mp.stamp())
+    assert not mp.settled()
+    mp.remember(_ids(10), 10)  # no stamp
+    assert not mp.settled()
+
+
 def test_what_a_match_held_goes_to_the_next_insert_of_its_thread_only():
     mp = MatchedPrefix()
     assert mp.take_held() is None

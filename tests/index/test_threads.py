@@ -224,6 +224,62 @@ def test_an_insert_skipping_known_windows_waits_for_the_extension_it_read(tmp_pa
     index.close()
 
 
+@pytest.mark.parametrize("backend", ["memory", "wiredtiger"])
+def test_an_insert_skipping_known_windows_waits_for_a_writer_of_an_earlier_one(tmp_path,
+                                                                                backend):
+    """Z writes a new sequence of three windows under window 0's lock and registers them one
+    by one. Between its registrations of windows 1 and 2, W matches the sequence (windows 0
+    and 1 verified) and inserts it. W must wait for Z at window 0's lock, the lock of the
+    first window Z wrote, not only at window 1's, then find window 2 stored: with
+    MaxRetrieval 0 no block is written twice, and the first writer's records are served."""
+    bs, s = SMALL["segment_blocks"] // 4, SMALL["segment_blocks"]
+    index = sarp.open(tmp_path / "i", backend=backend, durability="group", block_size=bs,
+                      max_retrieval=0, **{k: v for k, v in SMALL.items() if k != "max_retrieval"})
+    for seed in range(100):  # the three windows on different lock stripes
+        b = np.random.default_rng(seed).integers(0, 500, 3 * s * bs)
+        ids = sarp.block_ids(b, bs)
+        if len({int(ids[k * s]) % sarp.index.WINDOW_LOCKS for k in range(3)}) == 3:
+            break
+    placed, w_at_lock = threading.Event(), threading.Event()
+    place, window_lock = index.directory.place, index._window_lock
+
+    def pausing_place(seg_id, block_ids, **kw):
+        out = place(seg_id, block_ids, **kw)
+        if threading.current_thread().name == "Z" and int(block_ids[0]) == int(ids[s]):
+            placed.set()
+            assert w_at_lock.wait(30)  # W asked for window 0's lock, or W is done
+        return out
+
+    def noting_window_lock(first_block):
+        if threading.current_thread().name == "W" and first_block == int(ids[0]):
+            w_at_lock.set()
+        return window_lock(first_block)
+
+    index.directory.place, index._window_lock = pausing_place, noting_window_lock
+    out = {}
+
+    def z():
+        out["Z"] = index.insert(tokens=b, metadata=node_meta(ids, 2))
+
+    def w():
+        assert placed.wait(30)
+        out["W match"] = index.match(tokens=b).num_blocks
+        out["W"] = index.insert(tokens=b, metadata=node_meta(ids, 3))
+        w_at_lock.set()
+
+    threads = [threading.Thread(target=z, name="Z"), threading.Thread(target=w, name="W")]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert out["W match"] == 2 * s  # W read Z's windows 0 and 1 before Z registered window 2
+    assert out["Z"]["blocks_written"] == len(ids) and out["W"]["blocks_written"] == 0
+    assert index.stats()["indexed_blocks"] == len(ids)
+    m = index.match(tokens=b)
+    assert m.num_blocks == len(ids) and set(m.metadata["node"].tolist()) == {2}
+    index.close()
+
+
 def node_meta(ids: np.ndarray, node: int) -> np.ndarray:
     m = meta(ids)
     m["node"] = node
