@@ -29,6 +29,8 @@ from storage_backends.superblock import read_superblock, write_superblock
 MANIFEST_MAGIC = b"SARPFLM1"
 # instances, block size, log number, its synced blocks, WAL number and blocks at a clean close
 _MANIFEST = struct.Struct("<IIQQQQ")
+#: instances of a new store, unless half its memory budget cannot hold a page buffer of
+#: MIN_PAGE_BLOCKS blocks for each: then as many as it can, at least one
 DEFAULT_INSTANCES = 64
 # Pages are sized by the memory budget: half of it holds one full page buffer per instance
 # (buffers fill in turn, so on average they hold a quarter), up to this many blocks. Larger
@@ -96,7 +98,11 @@ class FlashLogStore(RecordStore):
                 raise ConfigMismatchError(f"instances={instances}, but the store at "
                                           f"{str(self.path)!r} has {found[0]}")
             return found
-        manifest = (instances or DEFAULT_INSTANCES, block_size(self.path), 1, 0, 0, 0)
+        block = block_size(self.path)
+        if instances is None:
+            instances = min(DEFAULT_INSTANCES,
+                            max(1, self.memory_budget // 2 // (MIN_PAGE_BLOCKS * block)))
+        manifest = (instances, block, 1, 0, 0, 0)
         self._ninst, self._block = manifest[:2]
         self._new_log(1).close()
         Wal(self._io, self.path, WalHeader(1, 1, 0, 0), manifest[1], self.direct_io, b"").close()

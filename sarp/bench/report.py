@@ -15,11 +15,10 @@ from storage_backends.io import MIN_BLOCK
 REPORT_FILE = "report.md"
 #: engine -> (the least it keeps in memory, in bytes, whatever its budget; the share of the
 #: budget that part gets): WiredTiger's cache, RocksDB's block cache, and the flash log's page
-#: buffers (one page per instance, of 4 KiB device blocks; records stay there until it fills)
+#: buffer (one instance's page of 4 KiB device blocks; records stay there until it fills)
 MEMORY_FLOORS = {"wiredtiger": (wiredtiger_store.MIN_CACHE, 1.0),
                  "rocksdb": (rocksdb_store.MIN_BUFFER, 0.5),
-                 "flashlog": (flashlog.DEFAULT_INSTANCES * flashlog.MIN_PAGE_BLOCKS * MIN_BLOCK,
-                              0.5)}
+                 "flashlog": (flashlog.MIN_PAGE_BLOCKS * MIN_BLOCK, 0.5)}
 RATIO_BASELINES = ("ssd-blockhash", "segment-radix-capped", "segment-hash")
 
 

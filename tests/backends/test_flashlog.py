@@ -102,6 +102,20 @@ def test_instances_are_fixed_at_creation(tmp_path: Path) -> None:
         assert s.stats()["instances"] == 8
 
 
+@pytest.mark.parametrize("budget, instances", [
+    (64 << 20, 64), (2 << 20, 64), (1 << 20, 32), (100_000, 3), (28_000, 1), (1, 1)])
+def test_a_small_budget_makes_fewer_instances(tmp_path: Path, budget: int,
+                                              instances: int) -> None:
+    """Each instance keeps a page buffer of at least 4 blocks: a new store has as many as half
+    its budget holds (64 at most, one at least), so that its buffers keep to the budget."""
+    with _open(tmp_path / "s", instances=None, memory_budget=budget) as s:
+        assert s.stats()["instances"] == instances
+        _load(s, 300, random.Random(1))
+        assert max(s._buffered) * s.stats()["instances"] <= max(budget // 2, 4 * 4096)
+    with _open(tmp_path / "s", instances=None, memory_budget=64 << 20) as s:
+        assert s.stats()["instances"] == instances  # fixed at creation
+
+
 class _FullDisk(FileIO):
     """Fails the first write of MANIFEST once armed (a full disk); ``keep`` names files whose
     unlink does nothing (as if it failed)."""
