@@ -20,7 +20,7 @@ class Numbered:
         name = path.name
         if name.startswith(self.prefix) and name.endswith(self.suffix):
             digits = name[len(self.prefix):len(name) - len(self.suffix)]
-            if digits.isdigit():
+            if digits.isascii() and digits.isdigit():  # not "²", which int() refuses
                 return int(digits)
         return None
 

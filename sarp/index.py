@@ -223,7 +223,7 @@ class Index:
                 with self._counter_lock:
                     self._since_snapshot = 0
                     self._last_snapshot = time.monotonic()
-            self.store.flush()  # every segment the snapshot names is durable first
+            self.store.flush(durable=True)  # every segment it names is durable first, in any mode
             path, nbytes = snapshot.write(self.io, self.path, state)
             # the fallback stays: the newest older usable snapshot and the journals from it on
             # (a crash between a journal switch and its snapshot leaves a number unused)
@@ -523,9 +523,11 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
     wanted = config_from_kwargs(config)
     cfg_file = root / CONFIG_FILE
     existing = cfg_file.exists()
-    # a creation cut short by a crash may have left store/ and sarp.json's temporary file
+    # a creation cut short by a crash may have left store/, the first journal and the
+    # temporary files of it and of sarp.json (published last)
+    first_journal = journal.FILES.name(0)
     if not existing and root.exists() and {p.name for p in root.iterdir()} - {
-            STORE_DIR, CONFIG_FILE + ".tmp"}:
+            STORE_DIR, CONFIG_FILE + ".tmp", first_journal, first_journal + ".tmp"}:
         raise ValueError(f"path {str(root)!r} is not empty and holds no SARP index")
     cfg = wanted.merged_with_stored(loads(cfg_file.read_bytes(), str(cfg_file)),
                                     set(config)) if existing else wanted
@@ -555,17 +557,20 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
                       snapshot_every_inserts=snapshot_every_inserts,
                       snapshot_every_seconds=snapshot_every_seconds,
                       snapshot_on_close=snapshot_on_close, io=io)
-        if not existing:
-            index.io.publish(cfg_file, dumps(cfg).encode())
-        elif not store.persistent:
+        recover = existing
+        if existing and not store.persistent:
             # The store kept nothing across close(): the routing files name segments that
             # are gone, so the index starts empty (with its stored configuration).
             index._remove_older_than(math.inf)
-            existing = False
+            recover = False
         if _rebuild:
             index._publish_rebuild()
         else:
-            index._start(existing)
+            index._start(recover)
+        if not existing:
+            # last: the index exists once sarp.json does, and a creation cut short before
+            # it is redone by the next open
+            index.io.publish(cfg_file, dumps(cfg).encode())
     except BaseException:
         store.close()
         _remove_created(created, root, before, io)

@@ -26,11 +26,16 @@ from storage_backends.io import File, FileIO
 from storage_backends.write_stop import WriteStop
 
 MAGIC = b"SARPJRNL"
-VERSION = 2
+VERSION = 3
+#: versions read: 2 lacks the synced field of the records (its padding is 0 there)
+READ_VERSIONS = (2, 3)
 # magic, version, reserved, snapshot seq, the number of the record appended before the first
 FILE_HEADER = struct.Struct("<8sIIQQ")
 RECORD_HEADER = struct.Struct("<IIQ")  # payload length, reserved, XXH64 of the payload
-PAYLOAD_HEADER = struct.Struct("<QQQI4x")  # record seq, next segment id, new blocks, count
+# record seq, next segment id, new blocks, count, the journal bytes / 8 the last good sync
+# covered when the record was appended (saturating)
+PAYLOAD_HEADER = struct.Struct("<QQQII")
+SYNCED_MAX = (1 << 32) - 1
 FILES = Numbered("journal-", ".log")
 #: appended record bytes held in memory before they are written without waiting for a sync
 WRITE_BEHIND = 64 << 10
@@ -47,11 +52,12 @@ class Record:
     segment_ids: np.ndarray  # uint64
 
 
-def encode_record(r: Record) -> bytes:
-    """The on-disk bytes of ``r``: record header (length, XXH64 of the payload) and payload."""
+def encode_record(r: Record, synced: int = 0) -> bytes:
+    """The on-disk bytes of ``r``: record header (length, XXH64 of the payload) and payload.
+    ``synced``: the bytes of the journal the last good sync covered (a multiple of 8)."""
     ids = np.asarray(r.segment_ids, dtype="<u8")
-    payload = PAYLOAD_HEADER.pack(r.record_seq, r.next_segment_id, r.new_blocks,
-                                  len(ids)) + ids.tobytes()
+    payload = PAYLOAD_HEADER.pack(r.record_seq, r.next_segment_id, r.new_blocks, len(ids),
+                                  min(synced // 8, SYNCED_MAX)) + ids.tobytes()
     return RECORD_HEADER.pack(len(payload), 0, xxh64(payload)) + payload
 
 
@@ -86,7 +92,7 @@ class JournalWriter:
     def append(self, record: Record) -> None:
         """Queue ``record`` in memory; written once ``WRITE_BEHIND`` bytes wait, durable at sync."""
         self.stop.check()
-        self._pending += encode_record(record)
+        self._pending += encode_record(record, self._synced)
         self._appended_seq = record.record_seq
         if len(self._pending) >= WRITE_BEHIND:
             self.stop.run(self._write_pending)
@@ -152,15 +158,18 @@ class Replay:
 
 
 def read(io: FileIO, path: Path, last: bool) -> Replay:
-    """Every complete record of a journal file.
+    """Every complete record of journal ``path`` (its header must hold the number its name
+    does).
 
-    An incomplete or damaged final record is a torn tail (a crash while appending): it is
-    dropped and the file is cut back to its last complete record. In a journal that is not
-    the newest, or followed by complete records, damage raises ``RecoveryError``.
+    An incomplete or damaged record that no sync is known to have covered is a torn tail (a
+    crash while appending, or writes not yet synced that reached the device out of order):
+    it and what follows are dropped, and the file is cut back to its last complete record
+    before it. In a journal that is not the newest, or where a later record shows that a sync
+    covered it, damage raises ``RecoveryError``.
     """
     raw = bytes(io.read_whole(path))
     size = len(raw)
-    after = _after_record(raw, path.name)
+    after = _after_record(raw, path.name, FILES.seq(path))
     records = list(_records(raw, path.name))
     end = records[-1][1] if records else FILE_HEADER.size
     torn = size - end
@@ -181,38 +190,47 @@ def last_record(io: FileIO, path: Path) -> int:
     """The number of the last valid record of journal ``path``, or its R when it holds none;
     read without cutting anything. Raises RecoveryError if the file is not a readable journal."""
     raw = bytes(io.read_whole(path))
-    last = _after_record(raw, path.name)
+    last = _after_record(raw, path.name, FILES.seq(path))
     for rec, _ in _records(raw, path.name):
         last = rec.record_seq
     return last
 
 
-def _after_record(raw: bytes, name: str) -> int:
-    """R of the journal file ``raw`` (its header checked)."""
+def _after_record(raw: bytes, name: str, seq: int | None) -> int:
+    """R of the journal file ``raw`` (its header checked: it must be journal ``seq``)."""
     if len(raw) < FILE_HEADER.size:
         raise RecoveryError(f"{name}: {len(raw)} bytes is shorter than a journal header")
-    magic, version, _, _, after = FILE_HEADER.unpack_from(raw)
-    if magic != MAGIC or version != VERSION:
-        raise RecoveryError(f"{name}: not a journal of format version {VERSION}")
+    magic, version, reserved, n, after = FILE_HEADER.unpack_from(raw)
+    if magic != MAGIC or version not in READ_VERSIONS:
+        raise RecoveryError(f"{name}: not a journal of format version "
+                            f"{' or '.join(map(str, READ_VERSIONS))}")
+    if reserved or n != seq:
+        raise RecoveryError(f"{name}: damaged header (journal {n}, reserved {reserved})")
     return after
 
 
 def _records(raw: bytes, name: str) -> Iterator[tuple[Record, int]]:
     """(record, end offset) of each valid record until the first damaged or incomplete one.
 
-    A damaged record followed by a valid one is not a torn tail: it raises RecoveryError.
+    Damage that a later valid record shows was synced (format 3: its synced field reaches
+    past the damage; format 2: any later valid record) is not a torn tail: it raises
+    RecoveryError.
     """
+    v3 = FILE_HEADER.unpack_from(raw)[1] >= 3
     off = FILE_HEADER.size
     while off + RECORD_HEADER.size <= len(raw):
-        length, _, digest = RECORD_HEADER.unpack_from(raw, off)
+        length, reserved, digest = RECORD_HEADER.unpack_from(raw, off)
         start = off + RECORD_HEADER.size
         payload = raw[start:start + length]
-        if (len(payload) != length or length < PAYLOAD_HEADER.size
+        if (reserved or len(payload) != length or length < PAYLOAD_HEADER.size
                 or xxh64(payload) != digest):
-            if _valid_record_after(raw, start):
-                raise RecoveryError(f"{name}: damaged record at offset {off} before valid ones")
+            synced = _synced_after(raw, start)
+            if synced is not None and (not v3 or synced > off):
+                raise RecoveryError(
+                    f"{name}: damaged record at offset {off}, which a sync covered (a valid "
+                    f"record follows); run `sarp rebuild` to rebuild from the segments")
             return
-        seq, next_id, blocks, n = PAYLOAD_HEADER.unpack_from(payload)
+        seq, next_id, blocks, n, _ = PAYLOAD_HEADER.unpack_from(payload)
         if length != PAYLOAD_HEADER.size + 8 * n:
             raise RecoveryError(f"{name}: record at offset {off} has a bad segment count")
         ids = np.frombuffer(payload, "<u8", n, PAYLOAD_HEADER.size)
@@ -220,15 +238,18 @@ def _records(raw: bytes, name: str) -> Iterator[tuple[Record, int]]:
         yield Record(seq, next_id, blocks, ids), off
 
 
-def _valid_record_after(raw: bytes, pos: int) -> bool:
-    """Whether any complete, checksummed record starts at an 8-byte boundary after ``pos``."""
+def _synced_after(raw: bytes, pos: int) -> int | None:
+    """The most journal bytes that the synced fields of the complete, checksummed records
+    starting at 8-byte boundaries after ``pos`` name; None if there is no such record."""
+    most = None
     for off in range(pos + (-pos % 8), len(raw) - RECORD_HEADER.size, 8):
         length, reserved, digest = RECORD_HEADER.unpack_from(raw, off)
         start = off + RECORD_HEADER.size
         if (reserved == 0 and PAYLOAD_HEADER.size <= length <= len(raw) - start
                 and xxh64(raw[start:start + length]) == digest):
-            return True
-    return False
+            synced = 8 * PAYLOAD_HEADER.unpack_from(raw, start)[4]
+            most = synced if most is None else max(most, synced)
+    return most
 
 
 def files(directory: Path) -> list[tuple[int, Path]]:

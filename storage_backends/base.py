@@ -94,7 +94,8 @@ def claim_directory(path: str | Path, kind: str, io: FileIO | None = None) -> Pa
 
     A path that is a file, or a directory holding another kind's store (or foreign files),
     raises ``StoreKindError`` and is left untouched. The marker is published whole
-    (``FileIO.publish``), and the new directory's entry is made durable too; a marker's
+    (``FileIO.publish``), and the entries of the directories it creates are made durable
+    too (their parents synced, the outermost first); a marker's
     temporary file left by a crash does not count as a foreign file.
     """
     p = Path(path)
@@ -108,9 +109,11 @@ def claim_directory(path: str | Path, kind: str, io: FileIO | None = None) -> Pa
     if p.exists() and {c.name for c in p.iterdir()} - {KIND_FILE + ".tmp"}:
         raise StoreKindError(f"path {str(p)!r} is not empty and holds no store")
     io = io or FileIO()
+    missing = [d for d in (p, *p.parents) if not d.exists()]
     p.mkdir(parents=True, exist_ok=True)
     io.publish(p / KIND_FILE, (kind + "\n").encode())
-    io.fsync_dir(p.parent)
+    for d in reversed(missing):  # each new directory's entry, from the outermost
+        io.fsync_dir(d.parent)
     return p
 
 
@@ -194,13 +197,15 @@ class RecordStore(ABC):
                 return
             yield row
 
-    def flush(self) -> None:
+    def flush(self, durable: bool = False) -> None:
         """Make every earlier write durable (the group-commit point for ``group``).
 
-        Under ``none`` it forces nothing to the device: writes then survive a crash of this
-        process but not a power loss.
+        Under ``none`` it forces nothing to the device unless ``durable``: writes then survive
+        a crash of this process but not a power loss. ``durable`` syncs in every mode: a
+        snapshot of the index needs the segments it names on the device.
         """
-        self._run_write(self._flush)
+        sync = self.durability == "group" or durable and self.durability == "none"
+        self._run_write(lambda: self._flush(sync))
 
     def close(self) -> None:
         """Persist everything and release the engine and the directory lock; later calls
@@ -316,7 +321,8 @@ class RecordStore(ABC):
     def _scan(self) -> Iterator[tuple[int, bytes]]: ...
 
     @abstractmethod
-    def _flush(self) -> None: ...
+    def _flush(self, sync: bool) -> None:
+        """Hand every earlier write to the device (``sync``: and wait until it is durable)."""
 
     @abstractmethod
     def _close(self) -> None: ...

@@ -297,10 +297,10 @@ class FlashLogStore(RecordStore):
         records.sort()
         return iter(records)
 
-    def _flush(self) -> None:
+    def _flush(self, sync: bool) -> None:
         with self._lock:
             assert self._wal is not None
-            if self._wal.commit(sync=self.durability == "group"):
+            if self._wal.commit(sync=sync):
                 self._count(syncs=1)
 
     def _close(self) -> None:

@@ -52,7 +52,7 @@ class MemoryStore(RecordStore):
 
         return self._scan_chunks(read_chunk)
 
-    def _flush(self) -> None:
+    def _flush(self, sync: bool) -> None:
         pass
 
     def _close(self) -> None:

@@ -454,8 +454,8 @@ class ODirectStore(RecordStore):
         records.sort()
         return iter(records)
 
-    def _flush(self) -> None:
-        if self.durability == "group":
+    def _flush(self, sync: bool) -> None:
+        if sync:  # its writes reach the device at once (O_DIRECT); sync its write cache
             with self._lock:
                 self._sync()
 

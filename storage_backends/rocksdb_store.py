@@ -115,9 +115,9 @@ class RocksDBStore(RecordStore):
         del it  # a live iterator would keep the database open after close()
         return rows
 
-    def _flush(self) -> None:
-        self._db.flush_wal(self.durability != "none")
-        if self.durability == "group":
+    def _flush(self, sync: bool) -> None:
+        self._db.flush_wal(sync)
+        if sync:
             self._count(syncs=1)
 
     def _close(self) -> None:

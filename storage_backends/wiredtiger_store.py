@@ -275,14 +275,10 @@ class WiredTigerStore(RecordStore):
         return rows
 
     @_damage_checked
-    def _flush(self) -> None:
-        h = self._handle()
-        if self.durability == "none":
-            h.session.log_flush("sync=off")  # to the OS, not to the device
-        else:
-            h.session.log_flush("sync=on")
-            if self.durability == "group":
-                self._count(syncs=1)
+    def _flush(self, sync: bool) -> None:
+        self._handle().session.log_flush("sync=on" if sync else "sync=off")  # off: to the OS
+        if sync:
+            self._count(syncs=1)
 
     @_damage_checked
     def _close(self) -> None:

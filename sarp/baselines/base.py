@@ -186,7 +186,7 @@ class BaselineIndex(ABC):
     def _snapshot(self) -> int:
         """Persist state; returns bytes written. By default the store is flushed."""
         if self.store is not None:
-            self.store.flush()
+            self.store.flush(durable=True)
         return 0
 
     def _on_close(self) -> None:

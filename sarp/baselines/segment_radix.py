@@ -190,7 +190,7 @@ class SegmentRadix(BaselineIndex):
 
     def _snapshot(self) -> int:
         st: dict[str, int] = {}
-        self.store.flush()
+        self.store.flush(durable=True)
         written = 0
         if self._spill is not None:
             before = self._spill.stats()["bytes_written"]

@@ -197,6 +197,11 @@ def test_syncs_counted(kind: str, durability: str, open_kind: Any, tmp_path: Pat
     if kind in EXACT_SYNC_KINDS:
         expected = {"sync": (7, 7), "group": (0, 1), "none": (0, 0)}[durability]
         assert (after_writes, after_flush) == expected
+    s.put(20, b"c")
+    before = s.stats()["syncs"]
+    s.flush(durable=True)  # as a snapshot does: a sync in every mode that has not synced
+    if s.persistent and durability != "sync":
+        assert s.stats()["syncs"] > before
 
 
 def test_concurrent_readers_and_a_writer(store: RecordStore) -> None:
@@ -584,3 +589,25 @@ def test_a_failed_sync_stops_writes_until_reopened(kind: str, failing: str, open
             assert again.get_many(range(3)) == [payload(k) for k in range(3)]
             again.put(11, b"w")
             assert again.get(11) == b"w"
+
+
+def test_claiming_a_new_directory_syncs_the_entry_of_each_directory_it_creates(
+        tmp_path: Path) -> None:
+    """A power cut must not take a new store (or a new index around it) away after its first
+    acknowledged write: each directory made is synced into its parent, the outermost first."""
+    from storage_backends.io import FileIO
+
+    synced: list[Path] = []
+
+    class Recording(FileIO):
+        def fsync_dir(self, path: str | Path) -> None:
+            synced.append(Path(path))
+            super().fsync_dir(path)
+
+    store = tmp_path / "a" / "index" / "store"
+    claim_directory(store, "odirect", Recording())
+    # the marker's own publish syncs the store directory; then each new entry, outermost first
+    assert synced == [store, tmp_path, tmp_path / "a", tmp_path / "a" / "index"]
+    synced.clear()
+    claim_directory(store, "odirect", Recording())  # already there: nothing to make durable
+    assert synced == []

@@ -192,24 +192,23 @@ def test_a_failed_creation_in_an_empty_directory_leaves_it_empty(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-class _NoRoomForJournals(FileIO):
-    """Publishing a journal fails, as on a full device: after sarp.json is written."""
+class _NoRoomForConfig(FileIO):
+    """Publishing sarp.json fails, as on a full device: after the first journal is written."""
 
     def publish(self, path, data):
-        if Path(path).name.startswith("journal"):
+        if Path(path).name == "sarp.json":
             raise OSError(errno.ENOSPC, "No space left on device (injected)", str(path))
         return super().publish(path, data)
 
 
 @pytest.mark.parametrize("there", [False, True])
-def test_a_creation_that_fails_after_its_config_is_written_leaves_nothing(tmp_path, there):
-    """In a directory that was there too: a sarp.json left behind would name an index whose
-    store is gone, and every later open would refuse it."""
+def test_a_creation_that_fails_at_its_last_step_leaves_nothing(tmp_path, there):
+    """In a directory that was there too: what it wrote (the store, journal 0) is removed."""
     path = tmp_path / "i"
     if there:
         path.mkdir()
     with pytest.raises(OSError, match="injected"):
-        sarp.open(path, backend="wiredtiger", _io=_NoRoomForJournals())
+        sarp.open(path, backend="wiredtiger", _io=_NoRoomForConfig())
     assert (sorted(p.name for p in path.iterdir()) == []) if there else not path.exists()
     with sarp.open(path, backend="wiredtiger") as index:
         index.insert(tokens=tokens(64))

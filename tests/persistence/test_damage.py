@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -304,7 +305,7 @@ def test_group_commit_writes_journal_records_at_flush(tmp_path):
 def test_journal_writes_behind_once_enough_records_wait(tmp_path):
     """Records are written, unsynced, once WRITE_BEHIND bytes wait: memory stays bounded
     when a ``group`` index is never flushed."""
-    path = tmp_path / "j.log"
+    path = tmp_path / journal.FILES.name(0)
     w = journal.JournalWriter(FileIO(), path, 0, 0)
     header = path.stat().st_size
     rec = journal.Record(1, 2, 3, np.arange(4, dtype=np.uint64))
@@ -478,8 +479,8 @@ def test_a_damaged_journal_is_refused_naming_file_and_fault(tmp_path, damage, fa
         length, _, _ = journal.RECORD_HEADER.unpack_from(raw, off)
         start = off + journal.RECORD_HEADER.size
         payload = bytearray(raw[start:start + length])
-        seq, next_id, blocks, n = journal.PAYLOAD_HEADER.unpack_from(payload)
-        journal.PAYLOAD_HEADER.pack_into(payload, 0, seq, next_id, blocks, n + 1)
+        seq, next_id, blocks, n, synced = journal.PAYLOAD_HEADER.unpack_from(payload)
+        journal.PAYLOAD_HEADER.pack_into(payload, 0, seq, next_id, blocks, n + 1, synced)
         head = journal.RECORD_HEADER.pack(length, 0, xxh64(bytes(payload)))
         jpath.write_bytes(raw[:off] + head + bytes(payload) + raw[start + length:])
     with pytest.raises(RecoveryError, match=f"{jpath.name}: .*{fault}"):
@@ -671,6 +672,33 @@ def test_a_snapshot_number_a_crash_left_unused_keeps_the_fallback(tmp_path, monk
     assert report["snapshot"] == snapshot.FILES.name(1)
 
 
+@pytest.mark.parametrize("left", ["journal", "journal.tmp"])
+def test_a_creation_cut_short_after_its_first_journal_is_redone(tmp_path, left):
+    """sarp.json is published last, after the store and journal 0: a crash before it leaves
+    those (or journal 0's temporary file), which the next open takes as a creation to redo."""
+    published = []
+
+    class Recording(FileIO):
+        def publish(self, path, data):
+            published.append(Path(path).name)
+            return super().publish(path, data)
+
+    first = tmp_path / "first"
+    with sarp.open(first, backend="wiredtiger", _io=Recording(), **CONFIG):
+        pass
+    assert published == [journal.FILES.name(0), "sarp.json"]
+    path = tmp_path / "i"
+    with sarp.open(path, backend="wiredtiger", **CONFIG):
+        pass
+    (path / "sarp.json").unlink()  # as if the crash came just before it was published
+    if left == "journal.tmp":
+        name = journal.FILES.name(0)
+        (path / name).rename(path / (name + ".tmp"))
+    with sarp.open(path, backend="wiredtiger", **CONFIG) as index:
+        insert(index, 0)
+    assert_all_match(path, 1)
+
+
 def test_a_creation_cut_short_is_redone(tmp_path):
     """A crash while an index was created leaves the store directory with its marker's
     temporary file, and sarp.json's: neither is a foreign file, and the next open creates."""
@@ -682,3 +710,63 @@ def test_a_creation_cut_short_is_redone(tmp_path):
         insert(index, 0)
     assert_all_match(path, 1)
     assert not (path / "sarp.json.tmp").exists() and (path / "sarp.json").exists()
+
+
+@pytest.mark.parametrize("version, opens", [(3, True), (2, False)])
+def test_damage_that_no_sync_covered_is_a_torn_tail_in_format_3_only(tmp_path, version, opens):
+    """A damaged record followed by valid ones whose synced fields do not reach it was never
+    synced (writes behind a group commit that the device kept out of order): format 3 cuts
+    the journal there. Format 2 records have no synced field: damage before a valid record
+    stays an error there."""
+    path = tmp_path / "i"
+    with sarp.open(path, backend="wiredtiger", durability="group", snapshot_on_close=False,
+                   **CONFIG) as index:
+        insert(index, 0)
+        index.flush()
+        for seed in (1, 2):  # unsynced until close: their synced fields name the flush's end
+            insert(index, seed)
+        synced = index._journal._synced
+    jpath = journal.files(path)[-1][1]
+    raw = bytearray(jpath.read_bytes())
+    struct.pack_into("<I", raw, 8, version)
+    if version == 2:  # format 2 had padding where the synced field is: 0
+        off = synced
+        while off < len(raw):
+            length = journal.RECORD_HEADER.unpack_from(raw, off)[0]
+            start = off + journal.RECORD_HEADER.size
+            struct.pack_into("<I", raw, start + journal.PAYLOAD_HEADER.size - 4, 0)
+            payload = bytes(raw[start:start + length])
+            journal.RECORD_HEADER.pack_into(raw, off, length, 0, xxh64(payload))
+            off = start + length
+    raw[synced + journal.RECORD_HEADER.size] ^= 1  # the first record written after the flush
+    jpath.write_bytes(bytes(raw))
+    if not opens:
+        with pytest.raises(RecoveryError, match=f"damaged record at offset {synced}"):
+            sarp.open(path, backend="wiredtiger")
+        return
+    with sarp.open(path, backend="wiredtiger") as index:
+        assert index.recovery["torn_tail_bytes"] == len(raw) - synced
+        assert check_match(index, 0) == len(sequence(0)) // B
+
+
+@pytest.mark.parametrize("field, value, says", [
+    (12, 7, "damaged header"), (16, 5, "damaged header \\(journal 5")])
+def test_a_journal_header_naming_another_journal_is_refused(tmp_path, field, value, says):
+    path = tmp_path / "i"
+    with sarp.open(path, backend="wiredtiger", snapshot_on_close=False, **CONFIG) as index:
+        insert(index, 0)
+    jpath = journal.files(path)[-1][1]
+    raw = bytearray(jpath.read_bytes())
+    struct.pack_into("<I" if field == 12 else "<Q", raw, field, value)
+    jpath.write_bytes(bytes(raw))
+    with pytest.raises(RecoveryError, match=f"{jpath.name}: {says}"):
+        sarp.open(path, backend="wiredtiger")
+
+
+def test_a_file_numbered_in_other_digits_is_not_a_journal(tmp_path):
+    path = tmp_path / "i"
+    with sarp.open(path, backend="wiredtiger", **CONFIG) as index:
+        insert(index, 0)
+    (path / "journal-\u00b2.log").write_bytes(b"not ours")
+    (path / "snapshot-\u0663.snap").write_bytes(b"not ours")
+    assert_all_match(path, 1)

@@ -22,7 +22,7 @@ import pytest
 
 import sarp
 from sarp import journal, snapshot
-from sarp.errors import CorruptionError, SyncFailedError, WritesStoppedError
+from sarp.errors import CorruptionError, RecoveryError, SyncFailedError, WritesStoppedError
 from storage_backends import open_store
 from storage_backends.io import FileIO, PowerLossIO
 from storage_backends.write_stop import WriteStop
@@ -328,3 +328,85 @@ def test_a_journal_cut_after_a_failed_sync_is_followed_without_a_gap(then: str,
     with sarp.open(path) as again:
         for i in range(5):
             assert check_match(again, i) == _full(i), i
+
+
+class _CutAtJournalSync(PowerLossIO):
+    """The power fails during the journal's next sync: of the writes not yet synced, the
+    device kept only a prefix of the newest (``reorder``)."""
+
+    armed = False
+
+    def _sync(self, f, data_only):
+        if self.armed and f.path.name.startswith("journal-"):
+            self.crash("reorder")
+            raise OSError(errno.EIO, "power cut (simulated)")
+        return super()._sync(f, data_only)
+
+
+def _one_block(i: int) -> np.ndarray:
+    return np.array([10_000_000 + i], dtype=np.uint64)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_records_written_behind_and_lost_out_of_order_are_a_torn_tail(tmp_path, seed):
+    """Under ``group`` the journal writes records behind, unsynced, once 64 KiB wait. A power
+    cut during the next flush may keep the flush's write and lose an earlier one: a hole
+    followed by valid records, none of which a sync covered. Their inserts were never
+    acknowledged: recovery cuts the journal at the hole (their segments come back by
+    roll-forward) instead of refusing the index, and every acknowledged insert is there."""
+    io = _CutAtJournalSync(seed)
+    path = tmp_path / "i"
+    index = sarp.open(path, backend="odirect", durability="group", direct_io=False,
+                      store_options={"io": io}, _io=io, snapshot_on_close=False, **CONFIG)
+    for i in range(100):
+        index.insert(block_ids=_one_block(i), metadata=metadata(_one_block(i)))
+    index.flush()  # 0..99 acknowledged
+    jpath, n = index._journal.path, 100
+    size = jpath.stat().st_size
+    while jpath.stat().st_size == size:  # until records are written behind
+        index.insert(block_ids=_one_block(n), metadata=metadata(_one_block(n)))
+        n += 1
+    for i in range(n, n + 200):  # and more, queued for the flush's own write
+        index.insert(block_ids=_one_block(i), metadata=metadata(_one_block(i)))
+    io.armed = True
+    with pytest.raises(OSError, match="power cut"):
+        index.flush()
+    with sarp.open(path, backend="odirect", direct_io=False, snapshot_on_close=False) as again:
+        assert again.recovery["torn_tail_bytes"] > 0
+        assert [i for i in range(100) if again.match(block_ids=_one_block(i)).num_blocks != 1] \
+            == []
+
+
+def test_damage_a_later_record_shows_synced_is_refused(tmp_path):
+    """A record whose synced field reaches past a damaged one proves that a sync covered the
+    damage: acknowledged inserts may be lost there, so recovery refuses the journal."""
+    path = tmp_path / "i"
+    with sarp.open(path, backend="wiredtiger", durability="sync", snapshot_on_close=False,
+                   **CONFIG) as index:
+        for i in range(3):
+            index.insert(block_ids=_one_block(i), metadata=metadata(_one_block(i)))
+    jpath = journal.files(path)[-1][1]
+    raw = bytearray(jpath.read_bytes())
+    raw[journal.FILE_HEADER.size + journal.RECORD_HEADER.size] ^= 1  # the first record
+    jpath.write_bytes(bytes(raw))
+    with pytest.raises(RecoveryError, match=f"{jpath.name}: damaged record at offset "
+                                            f"{journal.FILE_HEADER.size}, which a sync covered"):
+        sarp.open(path, backend="wiredtiger")
+
+
+def test_a_snapshot_under_none_survives_a_power_cut(tmp_path):
+    """Under ``none`` nothing is synced before close, but a snapshot is: the segments it names
+    are synced first in every mode, else a power cut after it leaves a snapshot naming
+    segments the store lost, and the index does not open."""
+    io = PowerLossIO(0)
+    path = tmp_path / "i"
+    index = sarp.open(path, backend="odirect", durability="none", direct_io=False,
+                      store_options={"io": io}, _io=io, snapshot_on_close=False, **CONFIG)
+    for i in range(5):
+        index.insert(tokens=sequence(i), metadata=metadata(sarp.block_ids(sequence(i), B)))
+    index.snapshot()
+    index.insert(tokens=sequence(5), metadata=metadata(sarp.block_ids(sequence(5), B)))
+    io.crash("drop")
+    with sarp.open(path, backend="odirect", direct_io=False) as again:
+        for i in range(5):
+            assert check_match(again, i) == len(sequence(i)) // B
