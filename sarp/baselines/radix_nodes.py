@@ -87,7 +87,8 @@ def build_nodes(head: np.ndarray, edges: np.ndarray, firsts: np.ndarray,
     out = []
     e0 = c0 = 0
     for (nid, depth, run, offset, _, _), e1, c1 in zip(head.T.tolist(), e_end, c_end, strict=True):
-        out.append(Node(nid, depth, edges[e0:e1], run, offset,
+        # a copy: a view would keep the whole decoded buffer alive, uncounted by the cap
+        out.append(Node(nid, depth, edges[e0:e1].copy(), run, offset,
                         dict(zip(firsts_l[c0:c1], kids_l[c0:c1], strict=True))))
         e0, c0 = e1, c1
     return out

@@ -66,15 +66,22 @@ class SegmentRadix(BaselineIndex):
 
     def _recover(self) -> dict[str, Any]:
         cap = self.settings.capped
+        marked = cap is not None and self.store.persistent
+        if marked and (self.path / OPEN_FILE).exists():
+            raise RecoveryError(
+                f"Segment-Radix (capped) at {str(self.path)!r} was not closed: its spilled "
+                "tree nodes may be newer than its snapshot, which it cannot reconcile; "
+                "build it again")
+        report = self._load_tree()
+        if marked:  # once loaded: an open that fails before it spills nothing
+            self.io.publish(self.path / OPEN_FILE, b"")
+        return report
+
+    def _load_tree(self) -> dict[str, Any]:
+        """Open the spill store (capped) and load the tree from the snapshot, if there is one."""
+        cap = self.settings.capped
         self._spill: RecordStore | None = None
         key_base = 0
-        if cap is not None and self.store.persistent:
-            if (self.path / OPEN_FILE).exists():
-                raise RecoveryError(
-                    f"Segment-Radix (capped) at {str(self.path)!r} was not closed: its spilled "
-                    "tree nodes may be newer than its snapshot, which it cannot reconcile; "
-                    "build it again")
-            self.io.publish(self.path / OPEN_FILE, b"")
         if cap is not None and self.store.kind == "odirect":
             self._spill = self._open_store(SPILL_DIR, memory_budget=1, dense_keys=False)
         elif cap is not None:

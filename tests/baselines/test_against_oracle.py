@@ -148,3 +148,18 @@ def test_radix_node_pieces_round_trip():
     assert [k >> PIECE_SHIFT for k, _ in pieces] == list(range(8))
     assert b"".join(v for _, v in pieces) == blob and max(len(v) for _, v in pieces) == 100
     assert table._pieces(7, blob[:100]) == [(7, blob[:100])]
+
+
+def test_decoded_radix_nodes_own_their_edges():
+    """A node read back (from the snapshot or the spill store) holds a copy of its edge, not
+    a view that would keep the whole decoded record alive outside the cap's count."""
+    from sarp.baselines.radix_nodes import Node, build_nodes, decode_columns, encode_nodes
+    from sarp.baselines.sealed import Cursor
+
+    nodes = [Node(i, 3 * i, np.arange(i, i + 5, dtype=np.uint64), 10 + i, i, {i + 1: i + 1})
+             for i in range(4)]
+    raw = memoryview(encode_nodes(nodes))
+    back = build_nodes(*decode_columns(Cursor(raw, "test")))
+    for want, got in zip(nodes, back, strict=True):
+        assert np.array_equal(got.edge, want.edge) and got.children == want.children
+        assert got.edge.base is None  # owns its data

@@ -175,3 +175,22 @@ def test_capped_radix_refuses_to_open_after_a_crash(backend, tmp_path):
                    cwd=Path(__file__).resolve().parents[2])
     with pytest.raises(RecoveryError, match="was not closed"):
         DESIGNS["segment_radix"].open(path)
+
+
+def test_capped_radix_opens_again_after_an_open_that_failed(tmp_path):
+    """An open that fails while loading (a damaged snapshot) leaves no open marker behind:
+    once the snapshot is whole again, the tree opens."""
+    path = tmp_path / "idx"
+    reqs = list(requests(5, sessions=14, turns=4))
+    opts = dict(segment_blocks=S, block_size=BLOCK, backend="odirect", capped=2048)
+    with DESIGNS["segment_radix"].open(path, **opts) as idx:
+        for req in reqs:
+            idx.insert(req.full, req.metadata)
+    snap = path / "radix.snap"
+    good = snap.read_bytes()
+    snap.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
+    with pytest.raises(CorruptionError):
+        DESIGNS["segment_radix"].open(path, **opts)
+    snap.write_bytes(good)
+    with DESIGNS["segment_radix"].open(path, **opts) as idx:
+        assert idx.match(reqs[-1].full).num_blocks == len(reqs[-1].full)
