@@ -89,8 +89,10 @@ class SegmentHash(BaselineIndex):
             end, parts = self._descend(q, ws, st)
             out.extend(p.tobytes() for p in parts)
             if end < ws + S:
-                # a window shorter than S is descended at other sizes by a longer query
-                tail = (ws, end, parts) if ws + S <= len(q) else None
+                # The descent settles the window where the query diverged from every stored
+                # sequence (end < len(q)): all of them lack block ``end``. A window shorter than
+                # S matched to its end is descended again by a longer query, at larger sizes.
+                tail = (ws, end, parts) if ws + S <= len(q) or end < len(q) else None
                 break
         return b"".join(out), st, tail
 

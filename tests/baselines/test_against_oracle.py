@@ -163,3 +163,25 @@ def test_decoded_radix_nodes_own_their_edges():
     for want, got in zip(nodes, back, strict=True):
         assert np.array_equal(got.edge, want.edge) and got.children == want.children
         assert got.edge.base is None  # owns its data
+
+
+def test_segment_hash_takes_a_diverged_partial_window_from_its_match(tmp_path):
+    """A match that stops where its query diverged, inside a window shorter than S, settled
+    that window: no stored sequence holds the block it stopped at. The insert that follows
+    (context + output) takes it from the match, as SARP's does, and reads nothing."""
+    from sarp.baselines import DESIGNS
+
+    ids = block_ids(np.arange(19 * BLOCK), BLOCK)
+    ctx = ids[:15].copy()
+    ctx[13:] = block_ids(np.arange(100, 100 + 15 * BLOCK), BLOCK)[13:15]  # new from block 13
+    full = np.concatenate((ctx, block_ids(np.arange(500, 504 * BLOCK), BLOCK)[:4]))
+    with DESIGNS["segment_hash"].open(tmp_path / "i", segment_blocks=16, block_size=BLOCK,
+                                      backend="memory") as idx:
+        idx.insert(ids[:13], metadata_for(ids[:13], 1))
+        m = idx.match(ctx)
+        assert m.num_blocks == 13 and m.stats["store_reads"] > 0
+        st = idx.insert(full, metadata_for(full, 2))
+        assert st["store_reads"] == 0
+        got = idx.match(full)
+        assert got.num_blocks == len(full)
+        assert got.metadata["node"].tolist() == [1] * 13 + [2] * (len(full) - 13)
