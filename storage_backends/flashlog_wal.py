@@ -17,10 +17,13 @@ from storage_backends.flashlog_log import BATCH_END, REC
 from storage_backends.io import FileIO, aligned_buffer
 
 WAL_MAGIC = 0x4C574C46  # b"FLWL" little-endian
-WAL_VERSION = 1
+WAL_VERSION = 2
 # magic, version, WAL number, log number, synced log blocks, garbage estimate
 _HEAD = struct.Struct("<IB3xQQQQ")
-_USED = struct.Struct("<H")
+#: a block's head, by version: the stream bytes it holds; from version 2 also the blocks of
+#: this WAL that the last good sync covered when it was written (saturating at 2^32 - 1)
+_BLOCK_HEAD = {1: struct.Struct("<H"), 2: struct.Struct("<HI")}
+_SYNCED_MAX = (1 << 32) - 1
 SPILL = 64 << 10  # pending bytes written out (without sync) in group and none modes
 
 
@@ -54,19 +57,21 @@ class Wal:
         self.io = io
         self.header = header
         self.block = block
-        self.cap = block - SEAL - _USED.size
+        self.version = WAL_VERSION
+        self.cap = block - SEAL - _BLOCK_HEAD[self.version].size
         self.path = wal_path(directory, header.number)
         tmp = self.path.with_name(self.path.name + ".tmp")
         self.file = io.open(tmp, direct=direct)
         try:
             self.file.truncate(0)
             head = aligned_buffer(block)
-            head[:_HEAD.size] = _HEAD.pack(WAL_MAGIC, WAL_VERSION, header.number,
+            head[:_HEAD.size] = _HEAD.pack(WAL_MAGIC, self.version, header.number,
                                            header.log_number, header.synced_blocks,
                                            header.garbage)
             seal(head, 0, block, _seed(self.header.number, 0))
             self.file.pwrite(head, 0)
             self.next = 1
+            self.synced = 1  # the header alone, until the sync below
             self.pending = bytearray(initial)
             self._write(whole_only=False)
             self.file.fdatasync()
@@ -76,6 +81,7 @@ class Wal:
             self.file.close()
             raise
         self.dirty = False
+        self.synced = self.next  # blocks the last good sync covered, the header's included
 
     def append(self, record: bytes) -> None:
         """Add ``record`` to the pending stream in memory; nothing is written until commit."""
@@ -91,11 +97,13 @@ class Wal:
         if n == 0:
             return
         buf = aligned_buffer(n * self.block)
+        head = _BLOCK_HEAD[self.version]
+        fields = () if self.version == 1 else (min(self.synced, _SYNCED_MAX),)
         for i in range(n):
             part = self.pending[i * self.cap:(i + 1) * self.cap]
             off = i * self.block
-            _USED.pack_into(buf, off, len(part))
-            buf[off + _USED.size:off + _USED.size + len(part)] = part
+            head.pack_into(buf, off, len(part), *fields)
+            buf[off + head.size:off + head.size + len(part)] = part
             seal(buf, off, self.block, _seed(self.header.number, self.next + i))
         self.file.pwrite(buf, self.next * self.block)
         self.next += n
@@ -113,6 +121,7 @@ class Wal:
         if sync and self.dirty:
             self.file.fdatasync()
             self.dirty = False
+            self.synced = self.next
             return True
         return False
 
@@ -125,26 +134,32 @@ def read_wal(io: FileIO, path: Path,
              block: int) -> tuple[WalHeader, list[list[tuple]], int]:
     """The header, the complete batches and the count of valid blocks of the WAL at ``path``.
 
-    The stream ends at the first block that fails its checksum; a valid block after that one
-    means a damaged block inside the durable part, which raises CorruptionError.
+    The stream ends at the first block that fails its checksum. A valid block after it whose
+    head shows that a sync covered the damaged one (version 1: any valid block after it)
+    means a damaged block inside the durable part, which raises CorruptionError. Otherwise
+    the blocks from the damaged one on were never synced (written behind a group commit,
+    then lost out of order by a power cut): a torn tail, dropped.
     """
     data = io.read_whole(path)
     (magic, version, number, log_number, synced, garbage) = _HEAD.unpack_from(data) \
         if len(data) >= block else (0, 0, 0, 0, 0, 0)
-    if magic != WAL_MAGIC or version != WAL_VERSION or not intact(
+    if magic != WAL_MAGIC or version not in _BLOCK_HEAD or not intact(
             data, 0, block, _seed(number, 0)):
         raise CorruptionError(f"{path.name}: bad WAL header")
+    head = _BLOCK_HEAD[version]
     header = WalHeader(number, log_number, synced, garbage)
     nblocks = len(data) // block
     stream = bytearray()
     blk = 1
     while blk < nblocks and intact(data, blk * block, block, _seed(number, blk)):
         off = blk * block
-        (used,) = _USED.unpack_from(data, off)
-        stream += data[off + _USED.size:off + _USED.size + used]
+        used = head.unpack_from(data, off)[0]
+        stream += data[off + head.size:off + head.size + used]
         blk += 1
     for later in range(blk + 1, nblocks):
-        if intact(data, later * block, block, _seed(number, later)):
+        off = later * block
+        if intact(data, off, block, _seed(number, later)) and (
+                version == 1 or head.unpack_from(data, off)[1] > blk):
             raise CorruptionError(f"{path.name}: block {blk} is damaged inside the log")
     return header, _batches(stream), blk
 
