@@ -71,7 +71,9 @@ class Wal:
             seal(head, 0, block, _seed(self.header.number, 0))
             self.file.pwrite(head, 0)
             self.next = 1
-            self.synced = 1  # the header alone, until the sync below
+            # the file is renamed into place only after the sync below: once it is seen, that
+            # sync covers the header and the initial blocks
+            self.synced = 1 + -(-len(initial) // self.cap)
             self.pending = bytearray(initial)
             self._write(whole_only=False)
             self.file.fdatasync()
