@@ -186,7 +186,7 @@ def test_an_insert_skipping_known_windows_waits_for_the_extension_it_read(tmp_pa
     a = b[:(s + s // 2) * bs]  # window 0 whole, window 1 half
     index.insert(tokens=a, metadata=node_meta(ids[:s + s // 2], 1))
     stored, w_at_lock = threading.Event(), threading.Event()
-    put_all, window_lock = index.segments.put_all, index._window_lock
+    put_all = index.segments.put_all
 
     def pausing_put_all(records, **kw):
         put_all(records, **kw)
@@ -194,28 +194,8 @@ def test_an_insert_skipping_known_windows_waits_for_the_extension_it_read(tmp_pa
             stored.set()
             assert w_at_lock.wait(30)  # W asked for window 1's lock, or W is done
 
-    def noting_window_lock(first_block):
-        if threading.current_thread().name == "W" and first_block == int(ids[s]):
-            w_at_lock.set()
-        return window_lock(first_block)
-
-    index.segments.put_all, index._window_lock = pausing_put_all, noting_window_lock
-    out = {}
-
-    def z():
-        out["Z"] = index.insert(tokens=b, metadata=node_meta(ids, 2))
-
-    def w():
-        assert stored.wait(30)
-        out["W match"] = index.match(tokens=b).num_blocks
-        out["W"] = index.insert(tokens=b, metadata=node_meta(ids, 3))
-        w_at_lock.set()
-
-    threads = [threading.Thread(target=z, name="Z"), threading.Thread(target=w, name="W")]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(60)
+    index.segments.put_all = pausing_put_all
+    out = _writer_and_follower(index, b, ids, stored, w_at_lock, int(ids[s]))
     assert out["W match"] == 2 * s  # W read Z's extension before Z registered it
     assert out["Z"]["blocks_written"] > 0 and out["W"]["blocks_written"] == 0
     assert index.stats()["indexed_blocks"] == len(ids)
@@ -241,7 +221,7 @@ def test_an_insert_skipping_known_windows_waits_for_a_writer_of_an_earlier_one(t
         if len({int(ids[k * s]) % sarp.index.WINDOW_LOCKS for k in range(3)}) == 3:
             break
     placed, w_at_lock = threading.Event(), threading.Event()
-    place, window_lock = index.directory.place, index._window_lock
+    place = index.directory.place
 
     def pausing_place(seg_id, block_ids, **kw):
         out = place(seg_id, block_ids, **kw)
@@ -250,34 +230,47 @@ def test_an_insert_skipping_known_windows_waits_for_a_writer_of_an_earlier_one(t
             assert w_at_lock.wait(30)  # W asked for window 0's lock, or W is done
         return out
 
-    def noting_window_lock(first_block):
-        if threading.current_thread().name == "W" and first_block == int(ids[0]):
-            w_at_lock.set()
-        return window_lock(first_block)
-
-    index.directory.place, index._window_lock = pausing_place, noting_window_lock
-    out = {}
-
-    def z():
-        out["Z"] = index.insert(tokens=b, metadata=node_meta(ids, 2))
-
-    def w():
-        assert placed.wait(30)
-        out["W match"] = index.match(tokens=b).num_blocks
-        out["W"] = index.insert(tokens=b, metadata=node_meta(ids, 3))
-        w_at_lock.set()
-
-    threads = [threading.Thread(target=z, name="Z"), threading.Thread(target=w, name="W")]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(60)
+    index.directory.place = pausing_place
+    out = _writer_and_follower(index, b, ids, placed, w_at_lock, int(ids[0]))
     assert out["W match"] == 2 * s  # W read Z's windows 0 and 1 before Z registered window 2
     assert out["Z"]["blocks_written"] == len(ids) and out["W"]["blocks_written"] == 0
     assert index.stats()["indexed_blocks"] == len(ids)
     m = index.match(tokens=b)
     assert m.num_blocks == len(ids) and set(m.metadata["node"].tolist()) == {2}
     index.close()
+
+
+def _writer_and_follower(index, b, ids, z_paused: threading.Event, w_waits: threading.Event,
+                         lock_block: int) -> dict:
+    """Thread Z inserts tokens ``b`` (records of node 2) and pauses mid-write, setting
+    ``z_paused``; thread W then matches and inserts the same (node 3). ``w_waits`` is set when
+    W asks for the lock of the window that starts with block ``lock_block``, or when W is
+    done. Returns Z's and W's insert counters and the blocks W's match verified."""
+    window_lock = index._window_lock
+
+    def noting_window_lock(first_block):
+        if threading.current_thread().name == "W" and first_block == lock_block:
+            w_waits.set()
+        return window_lock(first_block)
+
+    index._window_lock = noting_window_lock
+    out = {}
+
+    def z():
+        out["Z"] = index.insert(tokens=b, metadata=node_meta(ids, 2))
+
+    def w():
+        assert z_paused.wait(30)
+        out["W match"] = index.match(tokens=b).num_blocks
+        out["W"] = index.insert(tokens=b, metadata=node_meta(ids, 3))
+        w_waits.set()
+
+    threads = [threading.Thread(target=z, name="Z"), threading.Thread(target=w, name="W")]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    return out
 
 
 def node_meta(ids: np.ndarray, node: int) -> np.ndarray:
