@@ -642,14 +642,15 @@ def _check_segments_fit(cfg: Config, store: storage_backends.RecordStore) -> Non
 
 def _remove_created(paths: list[Path], root: Path, before: set[str] | None,
                     io: FileIO) -> None:
-    """Remove what a failed open created: the first of ``paths`` that exists, with all in it,
-    and, given ``before`` (the names ``root`` held before a creation), every entry added to
-    ``root`` since; then sync ``root``, so that a crash does not bring them back."""
-    for p in paths:
-        if p.exists():
-            shutil.rmtree(p, ignore_errors=True)
-            break
-    if before is None or not root.exists():
+    """Remove what a failed open created. Given ``before`` (the names ``root`` held before a
+    creation in it), every entry added to ``root`` since, store/ included, then ``root`` is
+    synced, so that a crash does not bring them back; else the first of ``paths`` that
+    exists, with all in it."""
+    if before is None:
+        for p in paths:
+            if p.exists():
+                shutil.rmtree(p, ignore_errors=True)
+                return
         return
     for p in root.iterdir():
         if p.name not in before:

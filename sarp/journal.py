@@ -169,8 +169,8 @@ def read(io: FileIO, path: Path, last: bool) -> Replay:
     """
     raw = bytes(io.read_whole(path))
     size = len(raw)
-    after = _after_record(raw, path.name, FILES.seq(path))
-    records = list(_records(raw, path.name))
+    after, version = _header(raw, path.name, FILES.seq(path))
+    records = list(_records(raw, path.name, version))
     end = records[-1][1] if records else FILE_HEADER.size
     torn = size - end
     if torn:
@@ -190,14 +190,15 @@ def last_record(io: FileIO, path: Path) -> int:
     """The number of the last valid record of journal ``path``, or its R when it holds none;
     read without cutting anything. Raises RecoveryError if the file is not a readable journal."""
     raw = bytes(io.read_whole(path))
-    last = _after_record(raw, path.name, FILES.seq(path))
-    for rec, _ in _records(raw, path.name):
+    last, version = _header(raw, path.name, FILES.seq(path))
+    for rec, _ in _records(raw, path.name, version):
         last = rec.record_seq
     return last
 
 
-def _after_record(raw: bytes, name: str, seq: int | None) -> int:
-    """R of the journal file ``raw`` (its header checked: it must be journal ``seq``)."""
+def _header(raw: bytes, name: str, seq: int | None) -> tuple[int, int]:
+    """(R, format version) of the journal file ``raw``, its header checked: it must be
+    journal ``seq``."""
     if len(raw) < FILE_HEADER.size:
         raise RecoveryError(f"{name}: {len(raw)} bytes is shorter than a journal header")
     magic, version, reserved, n, after = FILE_HEADER.unpack_from(raw)
@@ -206,17 +207,16 @@ def _after_record(raw: bytes, name: str, seq: int | None) -> int:
                             f"{' or '.join(map(str, READ_VERSIONS))}")
     if reserved or n != seq:
         raise RecoveryError(f"{name}: damaged header (journal {n}, reserved {reserved})")
-    return after
+    return after, version
 
 
-def _records(raw: bytes, name: str) -> Iterator[tuple[Record, int]]:
+def _records(raw: bytes, name: str, version: int) -> Iterator[tuple[Record, int]]:
     """(record, end offset) of each valid record until the first damaged or incomplete one.
 
     Damage that a later valid record shows was synced (format 3: its synced field reaches
     past the damage; format 2: any later valid record) is not a torn tail: it raises
     RecoveryError.
     """
-    v3 = FILE_HEADER.unpack_from(raw)[1] >= 3
     off = FILE_HEADER.size
     while off + RECORD_HEADER.size <= len(raw):
         length, reserved, digest = RECORD_HEADER.unpack_from(raw, off)
@@ -225,7 +225,7 @@ def _records(raw: bytes, name: str) -> Iterator[tuple[Record, int]]:
         if (reserved or len(payload) != length or length < PAYLOAD_HEADER.size
                 or xxh64(payload) != digest):
             synced = _synced_after(raw, start)
-            if synced is not None and (not v3 or synced > off):
+            if synced is not None and (version < 3 or synced > off):
                 raise RecoveryError(
                     f"{name}: damaged record at offset {off}, which a sync covered (a valid "
                     f"record follows); run `sarp rebuild` to rebuild from the segments")

@@ -71,8 +71,9 @@ class Wal:
             seal(head, 0, block, _seed(self.header.number, 0))
             self.file.pwrite(head, 0)
             self.next = 1
-            # the file is renamed into place only after the sync below: once it is seen, that
-            # sync covers the header and the initial blocks
+            # blocks the last good sync covered, the header's included: the file is renamed into
+            # place only after the sync below, so once it is seen, that sync covers the header
+            # and the initial blocks
             self.synced = 1 + -(-len(initial) // self.cap)
             self.pending = bytearray(initial)
             self._write(whole_only=False)
@@ -83,7 +84,6 @@ class Wal:
             self.file.close()
             raise
         self.dirty = False
-        self.synced = self.next  # blocks the last good sync covered, the header's included
 
     def append(self, record: bytes) -> None:
         """Add ``record`` to the pending stream in memory; nothing is written until commit."""
