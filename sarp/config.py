@@ -1,14 +1,15 @@
 """The index configuration: every parameter of the paper, with its default (docs/design.md
 section 1).
 
-The configuration is stored with the index (``sarp.json``); reopening with a conflicting one
-raises ``ConfigMismatchError``.
+The configuration is stored with the index (``sarp.json``), with the index's id; reopening
+with a conflicting one raises ``ConfigMismatchError``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,8 +67,10 @@ def _tuples(descr: Any) -> Any:
     return fields
 
 
-#: The format of ``sarp.json`` this version writes and reads (docs/config_format.txt)
-FORMAT = 2
+#: The format of ``sarp.json`` this version writes (docs/config_format.txt); it also reads
+#: format 2, which has no index id
+FORMAT = 3
+READ_FORMATS = (2, FORMAT)
 
 #: Parameters that only change how queries search, not what is stored: they may differ on reopen.
 QUERY_ONLY = ("max_retrieval",)
@@ -185,35 +188,49 @@ def digest_text(config: Config) -> str:
     return json.dumps(data, sort_keys=True)
 
 
-def dumps(config: Config) -> str:
-    """The text of ``sarp.json`` (docs/config_format.txt)."""
+def new_index_id() -> int:
+    """A random, nonzero 64-bit id for a new index: its snapshots and journals carry it, so
+    that files of another index are never taken for its own."""
+    return secrets.randbits(64) or 1
+
+
+def dumps(config: Config, index_id: int) -> str:
+    """The text of ``sarp.json`` (docs/config_format.txt) for index ``index_id``."""
     cfg = config.to_json()
-    return json.dumps({"format": FORMAT, "config": cfg, "checksum": _checksum(cfg)}, indent=1,
-                      sort_keys=True)
+    ident = f"{index_id:016x}"
+    return json.dumps({"format": FORMAT, "config": cfg, "index_id": ident,
+                       "checksum": _checksum(cfg, ident)}, indent=1, sort_keys=True)
 
 
-def loads(raw: bytes, name: str) -> Config:
-    """The configuration in ``sarp.json``'s bytes ``raw``. A file that is not what ``dumps``
-    writes (undecodable, a field missing, a checksum mismatch) raises CorruptionError naming
-    ``name``: a damaged configuration is never used, by an open or by a rebuild."""
+def loads(raw: bytes, name: str) -> tuple[Config, int]:
+    """The configuration and index id in ``sarp.json``'s bytes ``raw`` (id 0 in format 2). A
+    file that is not what ``dumps`` writes (undecodable, a field missing, a checksum
+    mismatch) raises CorruptionError naming ``name``: a damaged configuration is never used,
+    by an open or by a rebuild."""
     try:
         data = json.loads(raw)
         fmt = data["format"]
     except (ValueError, KeyError, TypeError) as exc:
         raise CorruptionError(f"{name} is damaged: {exc!r}") from exc
-    if fmt != FORMAT:
+    if type(fmt) is not int or fmt not in READ_FORMATS:
         raise ConfigMismatchError(f"{name}: index format {fmt!r} is not supported "
-                                  f"(this version reads format {FORMAT})")
+                                  f"(this version reads formats "
+                                  f"{' and '.join(map(str, READ_FORMATS))})")
     try:
         cfg, checksum = data["config"], data["checksum"]
-        if checksum != _checksum(cfg):
+        ident = data["index_id"] if fmt >= 3 else None
+        if checksum != _checksum(cfg, ident):
             raise ValueError(f"checksum {checksum!r} does not match the configuration")
-        return Config.from_json(cfg)
+        index_id = 0 if ident is None else int(ident, 16)
+        if ident is not None and (ident != f"{index_id:016x}" or not index_id):
+            raise ValueError(f"index_id {ident!r} is not 16 lowercase hex digits, nonzero")
+        return Config.from_json(cfg), index_id
     except (ValueError, KeyError, TypeError) as exc:
         raise CorruptionError(f"{name} is damaged: {exc}") from exc
 
 
-def _checksum(cfg: dict[str, Any]) -> str:
-    """XXH64 (seed 0) of the configuration as sorted-key JSON (``json.dumps`` separators),
-    in hex."""
-    return f"{xxh64(json.dumps(cfg, sort_keys=True).encode()):016x}"
+def _checksum(cfg: dict[str, Any], index_id: str | None) -> str:
+    """XXH64 (seed 0), in hex, of the configuration as sorted-key JSON (``json.dumps``
+    separators); with the index id (format 3), of {"config": ..., "index_id": ...} so."""
+    data = cfg if index_id is None else {"config": cfg, "index_id": index_id}
+    return f"{xxh64(json.dumps(data, sort_keys=True).encode()):016x}"

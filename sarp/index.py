@@ -1,7 +1,7 @@
 """The SARP index: ``sarp.open(path, backend=...)`` creates an index or reopens the one there.
 
-An index directory holds ``sarp.json`` (format and configuration), ``store/`` (the record store
-of segment records), routing snapshots ``snapshot-N.snap`` and insert journals
+An index directory holds ``sarp.json`` (format, configuration, index id), ``store/`` (the
+record store of segment records), routing snapshots ``snapshot-N.snap`` and insert journals
 ``journal-N.log`` (journal N: the inserts after snapshot N).
 
 Concurrency (docs/architecture.md, "Threads"): matches take no directory lock; they read
@@ -35,7 +35,7 @@ from sarp._core.segment_codec import encoded_size
 from sarp.background import Worker
 from sarp.block_ids import as_block_ids, block_ids
 from sarp.checks import check_directory, check_int
-from sarp.config import Config, config_from_kwargs, digest_text, dumps, loads
+from sarp.config import Config, config_from_kwargs, digest_text, dumps, loads, new_index_id
 from sarp.errors import (
     CorruptionError,
     IndexClosedError,
@@ -79,12 +79,14 @@ class Index:
     """A SARP index over one record store. Use ``sarp.open`` to get one."""
 
     def __init__(self, path: Path, config: Config, store: storage_backends.RecordStore, *,
-                 background: bool,
+                 index_id: int, background: bool,
                  snapshot_every_inserts: int = 0, snapshot_every_seconds: float = 0.0,
                  snapshot_on_close: bool = True, io: FileIO | None = None):
         self.path = path
         self.config = config
         self.config_digest = xxh64(digest_text(config).encode())
+        #: sarp.json's id, carried by every snapshot and journal (0: an index without one)
+        self.index_id = index_id
         self.store = store
         self.io = io or FileIO()
         self.segments = SegmentStore(store, config.meta_width)
@@ -216,7 +218,7 @@ class Index:
                 keys, flags, lengths, segs, filters = self.directory.table.export()
                 seq = self.epoch + 1
                 state = snapshot.SnapshotState(
-                    seq, self.config_digest, self.segments.next_id,
+                    seq, self.config_digest, self.index_id, self.segments.next_id,
                     self.counters["indexed_blocks"], keys, flags, lengths, segs, filters,
                     self.directory.table.table_slots())
                 self._switch_journal(seq)
@@ -248,7 +250,8 @@ class Index:
         self.record_seq = old.last_record
         path = self.path / journal.FILES.name(seq)
         try:
-            self._journal = journal.JournalWriter(self.io, path, seq, self.record_seq, stop)
+            self._journal = journal.JournalWriter(self.io, path, seq, self.record_seq, stop,
+                                                  index_id=self.index_id)
         except BaseException:
             try:
                 self.io.unlink(path)
@@ -412,8 +415,11 @@ class Index:
         and register the segments stored past the last journaled one (``roll_forward``)."""
         if existing:
             self.recovery = recovery.recover(self)
+        # a new index's first journal is written afresh: one a creation cut short left
+        # behind (header only: no insert precedes sarp.json) names no index id yet
         self._journal = journal.JournalWriter(
-            self.io, self.path / journal.FILES.name(self.epoch), self.epoch, self.record_seq)
+            self.io, self.path / journal.FILES.name(self.epoch), self.epoch, self.record_seq,
+            index_id=self.index_id, fresh=not existing)
         if existing:
             recovery.roll_forward(self, self.recovery)
 
@@ -430,7 +436,7 @@ class Index:
         self.epoch = max(seqs, default=0)
         self._journal = journal.JournalWriter(
             self.io, self.path / journal.FILES.name(self.epoch + 1), self.epoch + 1,
-            self.record_seq)
+            self.record_seq, index_id=self.index_id)
         self.epoch += 1
         self._snapshot()
         self._remove_older_than(self.epoch)
@@ -529,8 +535,11 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
     if not existing and root.exists() and {p.name for p in root.iterdir()} - {
             STORE_DIR, CONFIG_FILE + ".tmp", first_journal, first_journal + ".tmp"}:
         raise ValueError(f"path {str(root)!r} is not empty and holds no SARP index")
-    cfg = wanted.merged_with_stored(loads(cfg_file.read_bytes(), str(cfg_file)),
-                                    set(config)) if existing else wanted
+    if existing:
+        stored, index_id = loads(cfg_file.read_bytes(), str(cfg_file))
+        cfg = wanted.merged_with_stored(stored, set(config))
+    else:
+        cfg, index_id = wanted, new_index_id()
     backend = _store_kind(root, backend, existing)
     storage_backends.store_class(backend, store_options)
     salvage_s = None
@@ -553,7 +562,7 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
     try:
         if not existing:  # checked once, when the index is created
             _check_segments_fit(cfg, store)
-        index = Index(root, cfg, store, background=background,
+        index = Index(root, cfg, store, index_id=index_id, background=background,
                       snapshot_every_inserts=snapshot_every_inserts,
                       snapshot_every_seconds=snapshot_every_seconds,
                       snapshot_on_close=snapshot_on_close, io=io)
@@ -570,7 +579,7 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
         if not existing:
             # last: the index exists once sarp.json does, and a creation cut short before
             # it is redone by the next open
-            index.io.publish(cfg_file, dumps(cfg).encode())
+            index.io.publish(cfg_file, dumps(cfg, index_id).encode())
     except BaseException:
         store.close()
         _remove_created(created, root, before, io)

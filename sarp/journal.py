@@ -26,11 +26,13 @@ from storage_backends.io import File, FileIO
 from storage_backends.write_stop import WriteStop
 
 MAGIC = b"SARPJRNL"
-VERSION = 3
-#: versions read: 2 lacks the synced field of the records (its padding is 0 there)
-READ_VERSIONS = (2, 3)
-# magic, version, reserved, snapshot seq, the number of the record appended before the first
-FILE_HEADER = struct.Struct("<8sIIQQ")
+VERSION = 4
+# magic, version, reserved, snapshot seq, the number of the record appended before the first,
+# the index id (sarp.json)
+FILE_HEADER = struct.Struct("<8sIIQQQ")
+#: the header of each version read: 3 lacks the index id; 2 also lacks the synced field of
+#: the records (its padding is 0 there)
+HEADERS = {2: struct.Struct("<8sIIQQ"), 3: struct.Struct("<8sIIQQ"), VERSION: FILE_HEADER}
 RECORD_HEADER = struct.Struct("<IIQ")  # payload length, reserved, XXH64 of the payload
 # record seq, next segment id, new blocks, count, the journal bytes / 8 the last good sync
 # covered when the record was appended (saturating)
@@ -71,14 +73,16 @@ class JournalWriter:
     """
 
     def __init__(self, io: FileIO, path: Path, snapshot_seq: int, last_record: int,
-                 stop: WriteStop | None = None):
-        """Open journal ``path``, whose last record is number ``last_record``; if missing, it
-        is created (whole or not at all) with its first record to follow that one: numbering
-        runs on across journals, empty ones too."""
+                 stop: WriteStop | None = None, *, index_id: int = 0, fresh: bool = False):
+        """Open journal ``path``, whose last record is number ``last_record``; if missing (or
+        ``fresh``: a file there is replaced), it is created, whole or not at all, for index
+        ``index_id`` with its first record to follow that one: numbering runs on across
+        journals, empty ones too."""
         self.io = io
         self.path = path
-        if not path.exists():
-            io.publish(path, FILE_HEADER.pack(MAGIC, VERSION, 0, snapshot_seq, last_record))
+        if fresh or not path.exists():
+            io.publish(path, FILE_HEADER.pack(MAGIC, VERSION, 0, snapshot_seq, last_record,
+                                              index_id))
         self._file: File = io.open(path, direct=False, create=False)
         self._offset = self._file.size()
         self._synced = self._offset  # the end of what the last good sync made durable
@@ -157,9 +161,9 @@ class Replay:
     torn_tail: int  # bytes after the last complete record (a write cut by a crash)
 
 
-def read(io: FileIO, path: Path, last: bool) -> Replay:
+def read(io: FileIO, path: Path, last: bool, index_id: int | None = None) -> Replay:
     """Every complete record of journal ``path`` (its header must hold the number its name
-    does).
+    does and, unless None, index id ``index_id``).
 
     An incomplete or damaged record that no sync is known to have covered is a torn tail (a
     crash while appending, or writes not yet synced that reached the device out of order):
@@ -169,9 +173,9 @@ def read(io: FileIO, path: Path, last: bool) -> Replay:
     """
     raw = bytes(io.read_whole(path))
     size = len(raw)
-    after, version = _header(raw, path.name, FILES.seq(path))
+    after, version = _header(raw, path.name, FILES.seq(path), index_id)
     records = list(_records(raw, path.name, version))
-    end = records[-1][1] if records else FILE_HEADER.size
+    end = records[-1][1] if records else HEADERS[version].size
     torn = size - end
     if torn:
         if not last:
@@ -190,23 +194,29 @@ def last_record(io: FileIO, path: Path) -> int:
     """The number of the last valid record of journal ``path``, or its R when it holds none;
     read without cutting anything. Raises RecoveryError if the file is not a readable journal."""
     raw = bytes(io.read_whole(path))
-    last, version = _header(raw, path.name, FILES.seq(path))
+    last, version = _header(raw, path.name, FILES.seq(path), None)
     for rec, _ in _records(raw, path.name, version):
         last = rec.record_seq
     return last
 
 
-def _header(raw: bytes, name: str, seq: int | None) -> tuple[int, int]:
+def _header(raw: bytes, name: str, seq: int | None, index_id: int | None) -> tuple[int, int]:
     """(R, format version) of the journal file ``raw``, its header checked: it must be
-    journal ``seq``."""
-    if len(raw) < FILE_HEADER.size:
-        raise RecoveryError(f"{name}: {len(raw)} bytes is shorter than a journal header")
-    magic, version, reserved, n, after = FILE_HEADER.unpack_from(raw)
-    if magic != MAGIC or version not in READ_VERSIONS:
+    journal ``seq`` of index ``index_id`` (unless None; 0 in versions before 4)."""
+    magic, version = struct.unpack_from("<8sI", raw) if len(raw) >= 12 else (b"", 0)
+    if magic != MAGIC or version not in HEADERS:
         raise RecoveryError(f"{name}: not a journal of format version "
-                            f"{' or '.join(map(str, READ_VERSIONS))}")
+                            f"{' or '.join(map(str, HEADERS))}")
+    header = HEADERS[version]
+    if len(raw) < header.size:
+        raise RecoveryError(f"{name}: {len(raw)} bytes is shorter than a journal header")
+    _, _, reserved, n, after, *rest = header.unpack_from(raw)
     if reserved or n != seq:
         raise RecoveryError(f"{name}: damaged header (journal {n}, reserved {reserved})")
+    owner = rest[0] if rest else 0
+    if index_id is not None and owner != index_id:
+        raise RecoveryError(f"{name}: a journal of another index (index id {owner:016x}, "
+                            f"this index {index_id:016x}); run `sarp rebuild`")
     return after, version
 
 
@@ -217,7 +227,7 @@ def _records(raw: bytes, name: str, version: int) -> Iterator[tuple[Record, int]
     past the damage; format 2: any later valid record) is not a torn tail: it raises
     RecoveryError.
     """
-    off = FILE_HEADER.size
+    off = HEADERS[version].size
     while off + RECORD_HEADER.size <= len(raw):
         length, reserved, digest = RECORD_HEADER.unpack_from(raw, off)
         start = off + RECORD_HEADER.size

@@ -42,6 +42,11 @@ def recover(index: Index) -> dict[str, Any]:
         if got.state.config_digest != index.config_digest:
             report["faults"].append(f"{path.name}: written with another configuration")
             continue
+        if got.state.index_id != index.index_id:
+            report["faults"].append(f"{path.name}: a snapshot of another index (index id "
+                                    f"{got.state.index_id:016x}, this index "
+                                    f"{index.index_id:016x})")
+            continue
         s = got.state
         t1 = time.perf_counter()
         try:
@@ -71,7 +76,7 @@ def recover(index: Index) -> dict[str, Any]:
                             f"faults: {faults}); run `sarp rebuild`")
     last_seq = None
     for i, (_, path) in enumerate(chain):
-        replay = journal.read(io, path, last=i == len(chain) - 1)
+        replay = journal.read(io, path, last=i == len(chain) - 1, index_id=index.index_id)
         report["bytes_read"] += replay.bytes_read
         report["torn_tail_bytes"] += replay.torn_tail
         if last_seq is not None and replay.after_record != last_seq:

@@ -21,10 +21,12 @@ from sarp.files import Numbered
 from storage_backends.io import FileIO
 
 MAGIC = b"SARPSNAP"
-VERSION = 2
-# magic, version, header length, seq, config digest, next segment id, indexed blocks,
-# entries, references, hash-table slots
-HEADER = struct.Struct("<8sIIQQQQQQQ")
+VERSION = 3
+# magic, version, header length, seq, config digest, index id, next segment id, indexed
+# blocks, entries, references, hash-table slots
+HEADER = struct.Struct("<8sIIQQQQQQQQ")
+#: the header of each version read: 2 lacks the index id
+HEADERS = {2: struct.Struct("<8sIIQQQQQQQ"), VERSION: HEADER}
 FILES = Numbered("snapshot-", ".snap")
 
 
@@ -34,6 +36,7 @@ class SnapshotState:
 
     seq: int
     config_digest: int
+    index_id: int  # the index's id (sarp.json); 0 for an index without one, and in version 2
     next_segment_id: int
     indexed_blocks: int
     entry_keys: np.ndarray  # uint64
@@ -56,8 +59,8 @@ def _pad8(raw: bytes) -> bytes:
 def encode(s: SnapshotState) -> bytes:
     """The snapshot file bytes of ``s``: header, arrays padded to 8 bytes, XXH64 checksum."""
     n, r, c = len(s.entry_keys), len(s.ref_segments), len(s.table_slots)
-    head = HEADER.pack(MAGIC, VERSION, HEADER.size, s.seq, s.config_digest, s.next_segment_id,
-                       s.indexed_blocks, n, r, c)
+    head = HEADER.pack(MAGIC, VERSION, HEADER.size, s.seq, s.config_digest, s.index_id,
+                       s.next_segment_id, s.indexed_blocks, n, r, c)
     body = b"".join((head, _le(s.entry_keys, "<u8"), _pad8(_le(s.entry_flags, "u1")),
                      _pad8(_le(s.list_lengths, "<u4")), _le(s.ref_segments, "<u8"),
                      _le(s.ref_filters, "<u8"), _pad8(_le(s.table_slots, "<u4"))))
@@ -66,29 +69,32 @@ def encode(s: SnapshotState) -> bytes:
 
 def decode(raw: bytes | memoryview, name: str) -> SnapshotState:
     """Parse and verify a snapshot; every fault raises a CorruptionError naming the file."""
-    if len(raw) < HEADER.size + 8:
+    if len(raw) < 16:
         raise BadLengthError(f"{name}: {len(raw)} bytes is shorter than a snapshot header")
     magic, version, hlen = struct.unpack_from("<8sII", raw)
     if magic != MAGIC:
         raise BadMagicError(f"{name}: not a snapshot (magic {magic!r})")
-    if version != VERSION or hlen != HEADER.size:
+    header = HEADERS.get(version)
+    if header is None or hlen != header.size:
         raise UnsupportedVersionError(f"{name}: snapshot format version {version}, "
-                                      f"reads {VERSION}")
-    _, _, _, seq, digest, next_id, blocks, n, r, c = HEADER.unpack_from(raw)
+                                      f"reads {' or '.join(map(str, HEADERS))}")
+    if len(raw) < header.size + 8:
+        raise BadLengthError(f"{name}: {len(raw)} bytes is shorter than a snapshot header")
+    _, _, _, seq, digest, *owner, next_id, blocks, n, r, c = header.unpack_from(raw)
     sizes = (8 * n, 8 * -(-n // 8), 8 * -(-4 * n // 8), 8 * r, 8 * r, 8 * -(-4 * c // 8))
-    if len(raw) != HEADER.size + sum(sizes) + 8:
+    if len(raw) != header.size + sum(sizes) + 8:
         raise BadLengthError(f"{name}: {len(raw)} bytes, header says "
-                             f"{HEADER.size + sum(sizes) + 8} (truncated or extended)")
+                             f"{header.size + sum(sizes) + 8} (truncated or extended)")
     (stored,) = struct.unpack_from("<Q", raw, len(raw) - 8)
     if xxh64(memoryview(raw)[:-8]) != stored:
         raise ChecksumError(f"{name}: checksum mismatch")
-    off = HEADER.size
+    off = header.size
     arrays = []
     for size, dtype, count in zip(sizes, ("<u8", "u1", "<u4", "<u8", "<u8", "<u4"),
                                   (n, n, n, r, r, c), strict=True):
         arrays.append(np.frombuffer(raw, dtype, count, off))
         off += size
-    return SnapshotState(seq, digest, next_id, blocks, *arrays)
+    return SnapshotState(seq, digest, owner[0] if owner else 0, next_id, blocks, *arrays)
 
 
 def write(io: FileIO, directory: Path, state: SnapshotState) -> tuple[Path, int]:

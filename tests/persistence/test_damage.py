@@ -16,6 +16,7 @@ from sarp._core.hashing import xxh64
 from sarp.errors import ConfigMismatchError, CorruptionError, RecoveryError
 from storage_backends.io import FileIO
 
+from .old_formats import ID_BYTES, downgrade
 from .workload import CONFIG, check_match, metadata, sequence
 
 B = CONFIG["block_size"]
@@ -712,12 +713,12 @@ def test_a_creation_cut_short_is_redone(tmp_path):
     assert not (path / "sarp.json.tmp").exists() and (path / "sarp.json").exists()
 
 
-@pytest.mark.parametrize("version, opens", [(3, True), (2, False)])
-def test_damage_that_no_sync_covered_is_a_torn_tail_in_format_3_only(tmp_path, version, opens):
+@pytest.mark.parametrize("version, opens", [(4, True), (3, True), (2, False)])
+def test_damage_that_no_sync_covered_is_a_torn_tail_from_format_3_on(tmp_path, version, opens):
     """A damaged record followed by valid ones whose synced fields do not reach it was never
-    synced (writes behind a group commit that the device kept out of order): format 3 cuts
-    the journal there. Format 2 records have no synced field: damage before a valid record
-    stays an error there."""
+    synced (writes behind a group commit that the device kept out of order): formats 3 and 4
+    cut the journal there. Format 2 records have no synced field: damage before a valid
+    record stays an error there."""
     path = tmp_path / "i"
     with sarp.open(path, backend="wiredtiger", durability="group", snapshot_on_close=False,
                    **CONFIG) as index:
@@ -726,18 +727,11 @@ def test_damage_that_no_sync_covered_is_a_torn_tail_in_format_3_only(tmp_path, v
         for seed in (1, 2):  # unsynced until close: their synced fields name the flush's end
             insert(index, seed)
         synced = index._journal._synced
+    if version < journal.VERSION:
+        downgrade(path, version)
+        synced -= ID_BYTES  # the journal header is shorter by the index id
     jpath = journal.files(path)[-1][1]
     raw = bytearray(jpath.read_bytes())
-    struct.pack_into("<I", raw, 8, version)
-    if version == 2:  # format 2 had padding where the synced field is: 0
-        off = synced
-        while off < len(raw):
-            length = journal.RECORD_HEADER.unpack_from(raw, off)[0]
-            start = off + journal.RECORD_HEADER.size
-            struct.pack_into("<I", raw, start + journal.PAYLOAD_HEADER.size - 4, 0)
-            payload = bytes(raw[start:start + length])
-            journal.RECORD_HEADER.pack_into(raw, off, length, 0, xxh64(payload))
-            off = start + length
     raw[synced + journal.RECORD_HEADER.size] ^= 1  # the first record written after the flush
     jpath.write_bytes(bytes(raw))
     if not opens:

@@ -1,0 +1,147 @@
+"""Each index has an id (sarp.json) that its snapshots and journals carry: files of another
+index are never taken for its own; indexes written before ids still open."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+
+import pytest
+
+import sarp
+from sarp import journal, snapshot
+from sarp.errors import CorruptionError, RecoveryError
+
+from .old_formats import downgrade
+from .test_damage import assert_all_match, build, insert
+from .workload import CONFIG, check_match, sequence
+
+B = CONFIG["block_size"]
+
+
+def index_id(path) -> str:
+    return json.loads((path / "sarp.json").read_text())["index_id"]
+
+
+def test_each_new_index_gets_its_own_id_which_its_files_carry(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    build(a, 0, 5, snapshots_at={2})
+    build(b, 0, 5, snapshots_at={2})
+    assert index_id(a) != index_id(b)
+    ident = int(index_id(a), 16)
+    assert ident and json.loads((a / "sarp.json").read_text())["format"] == 3
+    assert snapshot.load(sarp.index.FileIO(), snapshot.candidates(a)[0]).state.index_id == ident
+    for _, p in journal.files(a):
+        assert journal.FILE_HEADER.unpack_from(p.read_bytes())[5] == ident
+
+
+def test_a_snapshot_of_another_index_is_skipped(tmp_path):
+    """Another index's snapshot under the same name (a copy, a restore into the wrong
+    directory) would route to its segments; it is a fault, and recovery falls back to the
+    snapshot before it with the journals after that."""
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    build(ours, 0, 20, snapshots_at={5, 12})
+    build(theirs, 100, 120, snapshots_at={105, 112})
+    foreign = snapshot.candidates(theirs)[0]
+    shutil.copyfile(foreign, ours / foreign.name)
+    report = assert_all_match(ours, 20)
+    assert report["snapshot"] != foreign.name
+    assert any("a snapshot of another index" in f for f in report["faults"])
+
+
+def test_a_journal_of_another_index_is_refused_and_rebuild_recovers(tmp_path):
+    """Another index's journal would replay its records against this index's store (segment
+    ids naming other segments); recovery refuses it, naming the file, and `sarp rebuild`
+    restores every sequence from the segments."""
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    build(ours, 0, 12, snapshots_at={5})
+    build(theirs, 100, 112, snapshots_at={105})
+    seq, foreign = journal.files(theirs)[-1]
+    assert journal.files(ours)[-1][0] == seq
+    shutil.copyfile(foreign, ours / foreign.name)
+    with pytest.raises(RecoveryError, match=f"{foreign.name}: a journal of another index"):
+        sarp.open(ours, backend="wiredtiger")
+    sarp.rebuild(ours)
+    assert_all_match(ours, 12)
+
+
+def test_a_leftover_first_journal_of_a_creation_cut_short_takes_the_new_id(tmp_path):
+    """A creation cut short after journal 0 leaves it without sarp.json; the next creation
+    writes it again with the id of the index it creates."""
+    other = tmp_path / "other"
+    build(other, 0, 1)
+    path = tmp_path / "i"
+    path.mkdir()
+    shutil.copyfile(other / journal.FILES.name(0), path / journal.FILES.name(0))
+    with sarp.open(path, backend="wiredtiger", **CONFIG) as index:
+        insert(index, 0)
+    assert index_id(path) != index_id(other)
+    assert_all_match(path, 1)
+
+
+@pytest.mark.parametrize("field, value", [("index_id", "0" * 16), ("index_id", "A" * 16),
+                                          ("index_id", 5), ("format", 3.0)])
+def test_a_damaged_index_id_in_sarp_json_is_refused(tmp_path, field, value):
+    path = tmp_path / "i"
+    build(path, 0, 2)
+    data = json.loads((path / "sarp.json").read_text())
+    data[field] = value
+    (path / "sarp.json").write_text(json.dumps(data, indent=1, sort_keys=True))
+    with pytest.raises((CorruptionError, sarp.errors.ConfigMismatchError), match="sarp.json"):
+        sarp.open(path, backend="wiredtiger")
+
+
+def test_a_changed_index_id_fails_the_checksum(tmp_path):
+    path = tmp_path / "i"
+    build(path, 0, 2)
+    data = json.loads((path / "sarp.json").read_text())
+    data["index_id"] = f"{int(data['index_id'], 16) ^ 1:016x}"
+    (path / "sarp.json").write_text(json.dumps(data, indent=1, sort_keys=True))
+    with pytest.raises(CorruptionError, match="checksum"):
+        sarp.open(path, backend="wiredtiger")
+
+
+@pytest.mark.parametrize("journal_version", [3, 2])
+def test_an_index_of_the_formats_before_ids_opens_and_goes_on(tmp_path, journal_version):
+    """An index written before ids (sarp.json format 2, snapshot version 2, journal version 3
+    or 2) recovers, takes inserts and snapshots, and keeps sarp.json as it is: its new files
+    carry id 0, as its old ones do."""
+    path = tmp_path / "i"
+    build(path, 0, 10, snapshots_at={4})
+    downgrade(path, journal_version)
+    old_json = (path / "sarp.json").read_bytes()
+    with sarp.open(path, backend="wiredtiger", snapshot_on_close=False) as index:
+        assert index.recovery["snapshot"] == snapshot.FILES.name(1)
+        assert index.index_id == 0
+        for i in range(10):
+            assert check_match(index, i) == len(sequence(i)) // B
+        insert(index, 10)
+        index.snapshot()
+        insert(index, 11)
+    assert (path / "sarp.json").read_bytes() == old_json
+    assert snapshot.load(sarp.index.FileIO(), snapshot.candidates(path)[0]).state.index_id == 0
+    assert assert_all_match(path, 12)["snapshot"] == snapshot.FILES.name(2)
+
+
+def test_a_file_of_an_index_before_ids_is_refused_by_an_index_with_one(tmp_path):
+    """A snapshot or journal without an id was written by an index without one: another index
+    than one that has an id."""
+    ours, old = tmp_path / "ours", tmp_path / "old"
+    build(ours, 0, 12, snapshots_at={5})
+    build(old, 100, 112, snapshots_at={105})
+    downgrade(old)
+    seq, foreign = journal.files(old)[-1]
+    shutil.copyfile(foreign, ours / foreign.name)
+    with pytest.raises(RecoveryError, match="index id 0000000000000000, this index"):
+        sarp.open(ours, backend="wiredtiger")
+
+
+def test_a_snapshot_header_of_version_2_is_read(tmp_path):
+    path = tmp_path / "i"
+    build(path, 0, 3, snapshots_at={1})
+    downgrade(path)
+    raw = snapshot.candidates(path)[0].read_bytes()
+    assert struct.unpack_from("<II", raw, 8) == (2, snapshot.HEADERS[2].size)
+    state = snapshot.decode(raw, "s")
+    assert state.index_id == 0 and state.seq == 1
