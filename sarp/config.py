@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,6 +72,8 @@ def _tuples(descr: Any) -> Any:
 #: format 2, which has no index id
 FORMAT = 3
 READ_FORMATS = (2, FORMAT)
+#: an index id as sarp.json writes it
+_INDEX_ID = re.compile("[0-9a-f]{16}")
 
 #: Parameters that only change how queries search, not what is stored: they may differ on reopen.
 QUERY_ONLY = ("max_retrieval",)
@@ -220,11 +223,12 @@ def loads(raw: bytes, name: str) -> tuple[Config, int]:
         cfg, checksum = data["config"], data["checksum"]
         ident = data["index_id"] if fmt >= 3 else None
         if checksum != _checksum(cfg, ident):
-            raise ValueError(f"checksum {checksum!r} does not match the configuration")
-        index_id = 0 if ident is None else int(ident, 16)
-        if ident is not None and (ident != f"{index_id:016x}" or not index_id):
+            raise ValueError(f"checksum {checksum!r} does not match the configuration"
+                             + ("" if ident is None else " and index id"))
+        if ident is not None and not (isinstance(ident, str) and _INDEX_ID.fullmatch(ident)
+                                      and int(ident, 16)):
             raise ValueError(f"index_id {ident!r} is not 16 lowercase hex digits, nonzero")
-        return Config.from_json(cfg), index_id
+        return Config.from_json(cfg), 0 if ident is None else int(ident, 16)
     except (ValueError, KeyError, TypeError) as exc:
         raise CorruptionError(f"{name} is damaged: {exc}") from exc
 

@@ -41,6 +41,7 @@ from sarp.errors import (
     IndexClosedError,
     RecoveryError,
     StoreKindError,
+    StoreLockedError,
     SyncFailedError,
 )
 from sarp.insertion import insert as insert_path
@@ -261,7 +262,8 @@ class Index:
                 raise
             finally:
                 self._journal = journal.JournalWriter(self.io, old.path, self.epoch,
-                                                      self.record_seq, stop)
+                                                      self.record_seq, stop,
+                                                      index_id=self.index_id)
             raise
         self.epoch = seq
 
@@ -423,9 +425,16 @@ class Index:
         if existing:
             recovery.roll_forward(self, self.recovery)
 
-    def _publish_rebuild(self) -> None:
+    def _publish_rebuild(self, stored: Config) -> None:
         """Rebuild from a full segment scan and publish it as a snapshot newer than any file
-        there; older snapshots and journals (unusable, or they would not be rebuilding) go."""
+        there; older snapshots and journals (unusable, or they would not be rebuilding) go.
+
+        An index from before ids (``index_id`` 0) gets one: the new snapshot and journal carry
+        it, then sarp.json is written again with ``stored``, the configuration it held, and
+        the id; a crash before that leaves files the index refuses, and a rebuild again."""
+        upgrade = not self.index_id
+        if upgrade:
+            self.index_id = new_index_id()
         self.recovery = recovery.rebuild(self)
         # numbering goes on past the journals there, so that if the rebuild stops before its
         # snapshot is published, its journals still follow theirs
@@ -439,6 +448,8 @@ class Index:
             self.record_seq, index_id=self.index_id)
         self.epoch += 1
         self._snapshot()
+        if upgrade:
+            self.io.publish(self.path / CONFIG_FILE, dumps(stored, self.index_id).encode())
         self._remove_older_than(self.epoch)
 
     def _remove_older_than(self, keep_from: float) -> None:
@@ -539,7 +550,8 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
         stored, index_id = loads(cfg_file.read_bytes(), str(cfg_file))
         cfg = wanted.merged_with_stored(stored, set(config))
     else:
-        cfg, index_id = wanted, new_index_id()
+        stored, index_id = wanted, new_index_id()
+        cfg = stored
     backend = _store_kind(root, backend, existing)
     storage_backends.store_class(backend, store_options)
     salvage_s = None
@@ -555,12 +567,19 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
         store = storage_backends.open_store(
             backend, root / STORE_DIR, memory_budget=memory_budget, durability=durability,
             direct_io=direct_io, dense_keys=True, **store_options)
+    except StoreLockedError:
+        raise  # another open holds the store: nothing there is this one's to remove
     except BaseException:
         _remove_created(created, root, before, io)
         raise
     store_open_s = time.perf_counter() - t0
+    if not existing and cfg_file.exists():  # checked again under the store's lock
+        store.close()
+        raise ValueError(f"path {str(root)!r}: another open created an index there "
+                         "meanwhile; open it again")
     try:
         if not existing:  # checked once, when the index is created
+            _check_nothing_stored(root, store, io)
             _check_segments_fit(cfg, store)
         index = Index(root, cfg, store, index_id=index_id, background=background,
                       snapshot_every_inserts=snapshot_every_inserts,
@@ -573,7 +592,7 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
             index._remove_older_than(math.inf)
             recover = False
         if _rebuild:
-            index._publish_rebuild()
+            index._publish_rebuild(stored)
         else:
             index._start(recover)
         if not existing:
@@ -635,6 +654,23 @@ def _store_kind(root: Path, backend: object, existing: bool) -> str:
         raise StoreKindError(f"backend={backend!r}: path {str(root / STORE_DIR)!r} holds a "
                              f"{found!r} store, not {backend!r}")
     return backend or found or DEFAULT_BACKEND
+
+
+def _check_nothing_stored(root: Path, store: storage_backends.RecordStore, io: FileIO) -> None:
+    """A creation may only redo one cut short, which left no record: refuse to create an
+    index over what an index without its sarp.json left (a file lost or not restored), whose
+    journal 0 would be written again and its segments overwritten. Checked under the
+    store's lock."""
+    first = root / journal.FILES.name(0)
+    if next(iter(store.scan()), None) is not None:
+        found = f"segments in {STORE_DIR}/"
+    elif first.exists() and not journal.holds_no_record(io, first):
+        found = f"{first.name} with records"
+    else:
+        return
+    raise ValueError(f"path {str(root)!r} holds {found} but no {CONFIG_FILE}: restore "
+                     f"{CONFIG_FILE} to reopen that index, or remove the directory to start "
+                     "over")
 
 
 def _check_segments_fit(cfg: Config, store: storage_backends.RecordStore) -> None:

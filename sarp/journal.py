@@ -73,7 +73,7 @@ class JournalWriter:
     """
 
     def __init__(self, io: FileIO, path: Path, snapshot_seq: int, last_record: int,
-                 stop: WriteStop | None = None, *, index_id: int = 0, fresh: bool = False):
+                 stop: WriteStop | None = None, *, index_id: int, fresh: bool = False):
         """Open journal ``path``, whose last record is number ``last_record``; if missing (or
         ``fresh``: a file there is replaced), it is created, whole or not at all, for index
         ``index_id`` with its first record to follow that one: numbering runs on across
@@ -200,10 +200,23 @@ def last_record(io: FileIO, path: Path) -> int:
     return last
 
 
+def holds_no_record(io: FileIO, path: Path) -> bool:
+    """Whether ``path`` is a journal header alone (of any index), as a creation cut short
+    leaves it."""
+    raw = bytes(io.read_whole(path))
+    try:
+        _, version = _header(raw, path.name, FILES.seq(path), None)
+    except RecoveryError:
+        return False
+    return len(raw) == HEADERS[version].size
+
+
 def _header(raw: bytes, name: str, seq: int | None, index_id: int | None) -> tuple[int, int]:
     """(R, format version) of the journal file ``raw``, its header checked: it must be
     journal ``seq`` of index ``index_id`` (unless None; 0 in versions before 4)."""
-    magic, version = struct.unpack_from("<8sI", raw) if len(raw) >= 12 else (b"", 0)
+    if len(raw) < HEADERS[2].size:
+        raise RecoveryError(f"{name}: {len(raw)} bytes is shorter than a journal header")
+    magic, version = struct.unpack_from("<8sI", raw)
     if magic != MAGIC or version not in HEADERS:
         raise RecoveryError(f"{name}: not a journal of format version "
                             f"{' or '.join(map(str, HEADERS))}")
@@ -223,8 +236,8 @@ def _header(raw: bytes, name: str, seq: int | None, index_id: int | None) -> tup
 def _records(raw: bytes, name: str, version: int) -> Iterator[tuple[Record, int]]:
     """(record, end offset) of each valid record until the first damaged or incomplete one.
 
-    Damage that a later valid record shows was synced (format 3: its synced field reaches
-    past the damage; format 2: any later valid record) is not a torn tail: it raises
+    Damage that a later valid record shows was synced (formats 3 and 4: its synced field
+    reaches past the damage; format 2: any later valid record) is not a torn tail: it raises
     RecoveryError.
     """
     off = HEADERS[version].size

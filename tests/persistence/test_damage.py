@@ -241,7 +241,7 @@ def test_journal_record_naming_unstored_segments_is_skipped(tmp_path):
     records = journal.read(FileIO(), jpath, last=True).records
     last = records[-1]
     missing = [last.next_segment_id, last.next_segment_id + 1]
-    w = journal.JournalWriter(FileIO(), jpath, seq, 0)
+    w = journal.JournalWriter(FileIO(), jpath, seq, 0, index_id=0)  # an existing journal: kept
     w.append(journal.Record(last.record_seq + 1, last.next_segment_id + 2, 7,
                             np.array(missing, dtype=np.uint64)))
     w.close()
@@ -307,7 +307,7 @@ def test_journal_writes_behind_once_enough_records_wait(tmp_path):
     """Records are written, unsynced, once WRITE_BEHIND bytes wait: memory stays bounded
     when a ``group`` index is never flushed."""
     path = tmp_path / journal.FILES.name(0)
-    w = journal.JournalWriter(FileIO(), path, 0, 0)
+    w = journal.JournalWriter(FileIO(), path, 0, 0, index_id=7)
     header = path.stat().st_size
     rec = journal.Record(1, 2, 3, np.arange(4, dtype=np.uint64))
     size = len(journal.encode_record(rec))

@@ -10,8 +10,10 @@ import struct
 import pytest
 
 import sarp
+import storage_backends
 from sarp import journal, snapshot
-from sarp.errors import CorruptionError, RecoveryError
+from sarp._core.hashing import xxh64
+from sarp.errors import ConfigMismatchError, CorruptionError, RecoveryError, StoreLockedError
 
 from .old_formats import downgrade
 from .test_damage import assert_all_match, build, insert
@@ -70,7 +72,7 @@ def test_a_leftover_first_journal_of_a_creation_cut_short_takes_the_new_id(tmp_p
     """A creation cut short after journal 0 leaves it without sarp.json; the next creation
     writes it again with the id of the index it creates."""
     other = tmp_path / "other"
-    build(other, 0, 1)
+    build(other, 0, 0)  # journal 0 holds its header only
     path = tmp_path / "i"
     path.mkdir()
     shutil.copyfile(other / journal.FILES.name(0), path / journal.FILES.name(0))
@@ -80,16 +82,23 @@ def test_a_leftover_first_journal_of_a_creation_cut_short_takes_the_new_id(tmp_p
     assert_all_match(path, 1)
 
 
-@pytest.mark.parametrize("field, value", [("index_id", "0" * 16), ("index_id", "A" * 16),
-                                          ("index_id", 5), ("format", 3.0)])
-def test_a_damaged_index_id_in_sarp_json_is_refused(tmp_path, field, value):
+@pytest.mark.parametrize("field, value", [
+    ("index_id", "0" * 16), ("index_id", "A" * 16), ("index_id", "-" + "0" * 14 + "1"),
+    ("index_id", "1" * 15), ("index_id", 5), ("format", 3.0)])
+def test_a_malformed_index_id_in_sarp_json_is_refused(tmp_path, field, value):
+    """Checked past the checksum (made good here): a file written so is refused, naming
+    sarp.json, and the index is left as it was."""
     path = tmp_path / "i"
     build(path, 0, 2)
     data = json.loads((path / "sarp.json").read_text())
     data[field] = value
+    signed = {"config": data["config"], "index_id": data["index_id"]}
+    data["checksum"] = f"{xxh64(json.dumps(signed, sort_keys=True).encode()):016x}"
     (path / "sarp.json").write_text(json.dumps(data, indent=1, sort_keys=True))
-    with pytest.raises((CorruptionError, sarp.errors.ConfigMismatchError), match="sarp.json"):
+    before = {p.name: p.read_bytes() for p in path.iterdir() if p.is_file()}
+    with pytest.raises((CorruptionError, ConfigMismatchError), match="sarp.json"):
         sarp.open(path, backend="wiredtiger")
+    assert {p.name: p.read_bytes() for p in path.iterdir() if p.is_file()} == before
 
 
 def test_a_changed_index_id_fails_the_checksum(tmp_path):
@@ -145,3 +154,80 @@ def test_a_snapshot_header_of_version_2_is_read(tmp_path):
     assert struct.unpack_from("<II", raw, 8) == (2, snapshot.HEADERS[2].size)
     state = snapshot.decode(raw, "s")
     assert state.index_id == 0 and state.seq == 1
+
+
+def test_rebuild_gives_an_index_from_before_ids_its_id(tmp_path):
+    """`sarp rebuild` writes sarp.json again, in format 3 with a new id and the configuration
+    it held (not the handle's max_retrieval); the index's files then carry that id."""
+    path = tmp_path / "i"
+    build(path, 0, 10, snapshots_at={4})
+    downgrade(path)
+    stored = json.loads((path / "sarp.json").read_text())["config"]
+    sarp.rebuild(path, max_retrieval=7)
+    data = json.loads((path / "sarp.json").read_text())
+    assert data["format"] == 3 and data["config"] == stored
+    ident = int(data["index_id"], 16)
+    assert ident and all(journal.FILE_HEADER.unpack_from(p.read_bytes())[5] == ident
+                         for _, p in journal.files(path))
+    assert assert_all_match(path, 10)["snapshot"] == snapshot.candidates(path)[0].name
+    sarp.rebuild(path)  # an index with an id keeps it
+    assert index_id(path) == data["index_id"]
+
+
+@pytest.mark.parametrize("left", ["store", "journal"])
+def test_no_index_is_created_over_one_that_lost_its_sarp_json(tmp_path, left):
+    """An index whose sarp.json is gone (deleted, not restored from a backup) is no creation
+    cut short: creating one there would write journal 0 again and overwrite its segments.
+    The open refuses, naming what it found, and changes nothing; with sarp.json back, the
+    index opens whole."""
+    path = tmp_path / "i"
+    build(path, 0, 6)
+    saved = (path / "sarp.json").read_bytes()
+    (path / "sarp.json").unlink()
+    if left == "journal":  # journal 0 with records over an empty store
+        shutil.rmtree(path / "store")
+        build(tmp_path / "empty", 0, 0)
+        shutil.copytree(tmp_path / "empty" / "store", path / "store")
+    files = {p.name: p.read_bytes() for p in path.iterdir() if p.is_file()}
+    says = "segments in store/" if left == "store" else "journal-0+.log with records"
+    with pytest.raises(ValueError, match=f"holds {says} but no sarp.json: restore"):
+        sarp.open(path, backend="wiredtiger", **CONFIG)
+    assert {p.name: p.read_bytes() for p in path.iterdir() if p.is_file()} == files
+    if left == "store":
+        (path / "sarp.json").write_bytes(saved)
+        assert_all_match(path, 6)
+
+
+def test_a_creation_that_finds_the_store_locked_removes_nothing(tmp_path, monkeypatch):
+    """Two opens creating one index: the one that finds the store locked by the other leaves
+    the other's files alone, also the directories it saw missing when it started."""
+    path = tmp_path / "i"
+    real = storage_backends.open_store
+    held = []
+
+    def racing(kind, store_path, **kw):  # the other open creates the store first
+        held.append(real(kind, store_path, **kw))
+        return real(kind, store_path, **kw)
+
+    monkeypatch.setattr(storage_backends, "open_store", racing)
+    with pytest.raises(StoreLockedError):
+        sarp.open(path, backend="wiredtiger", **CONFIG)
+    assert (path / "store" / "STORE_KIND").exists()
+    held[0].close()
+
+
+def test_a_creation_finds_an_index_created_meanwhile(tmp_path, monkeypatch):
+    """An index another open created (and closed) between this open's first look and its
+    store lock is not overwritten: the open asks to be run again, and the index is kept."""
+    path = tmp_path / "i"
+    real = storage_backends.open_store
+
+    def racing(kind, store_path, **kw):
+        monkeypatch.setattr(storage_backends, "open_store", real)
+        build(path, 0, 3)  # the other open
+        return real(kind, store_path, **kw)
+
+    monkeypatch.setattr(storage_backends, "open_store", racing)
+    with pytest.raises(ValueError, match="another open created an index there meanwhile"):
+        sarp.open(path, backend="wiredtiger", **CONFIG)
+    assert_all_match(path, 3)
