@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sarp._core.segment_codec import Segment, append_blocks, decode_segment, encode_segment
+from sarp.errors import CorruptionError
 from sarp.matched_prefix import WriteClock
 
 if TYPE_CHECKING:
@@ -62,13 +63,28 @@ class SegmentStore:
 
     def read(self, segment_id: int) -> Segment | None:
         """The decoded segment (zero-copy views of the record), or None if it is absent."""
-        raw = self.store.get(int(segment_id))
-        return None if raw is None else decode_segment(raw)
+        sid = int(segment_id)
+        raw = self.store.get(sid)
+        return None if raw is None else self._decode(sid, raw)
 
     def read_many(self, segment_ids: list[int]) -> list[Segment | None]:
         """``read`` of each id, in order, as one batch of the record store."""
-        return [None if raw is None else decode_segment(raw)
-                for raw in self.store.get_many(segment_ids)]
+        return [None if raw is None else self._decode(sid, raw)
+                for sid, raw in zip(segment_ids, self.store.get_many(segment_ids),
+                                    strict=True)]
+
+    def _decode(self, key: int, raw: bytes) -> Segment:
+        """The segment record ``raw`` stored under ``key``, decoded and checked against both:
+        a record that passes its checksum but names another id or metadata width (another
+        index's, or one put under the wrong key) raises CorruptionError, never served, and
+        never extended under an id the allocator hands out again."""
+        seg = decode_segment(raw)
+        if seg.segment_id != key or seg.meta_width != self.meta_width:
+            raise CorruptionError(
+                f"segment record under key {key} names segment {seg.segment_id} with "
+                f"{seg.meta_width}-byte metadata; this index stores segment {key} with "
+                f"{self.meta_width}-byte metadata (a record of another index, or misplaced)")
+        return seg
 
     def encode_new(self, start: int, block_ids: np.ndarray,
                    metadata: np.ndarray) -> tuple[Segment, bytes]:
@@ -96,8 +112,8 @@ class SegmentStore:
 
     def scan(self) -> Iterator[Segment]:
         """Every stored segment in id order (the slow rebuild path)."""
-        for _, raw in self.store.scan():
-            yield decode_segment(raw)
+        for key, raw in self.store.scan():
+            yield self._decode(key, raw)
 
 
 class HeldSegments:

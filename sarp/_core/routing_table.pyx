@@ -127,8 +127,16 @@ cdef class RoutingTable:
             return e
         return -1
 
+    cdef inline int _check_entry(self, Py_ssize_t entry) except -1:
+        """IndexError unless ``entry`` is an entry id of this table: the compiled code
+        indexes its arrays unchecked."""
+        if not 0 <= entry < self.n_entries:
+            raise IndexError(f"entry {entry} is not in a table of {self.n_entries} entries")
+        return 0
+
     def refs(self, Py_ssize_t entry):
         """(segment ids, filters) of ``entry``: read-only views of one complete list."""
+        self._check_entry(entry)
         cdef _Generation g = self.g
         cdef int64_t packed = g.er[entry]
         cdef Py_ssize_t off = packed >> LEN_BITS
@@ -140,20 +148,25 @@ cdef class RoutingTable:
         return segs, filters
 
     def list_len(self, Py_ssize_t entry) -> int:
+        self._check_entry(entry)
         return self.g.er[entry] & LEN_MASK
 
     def key_of(self, Py_ssize_t entry) -> int:
+        self._check_entry(entry)
         return self.g.ek[entry]
 
     def flags(self, Py_ssize_t entry) -> int:
+        self._check_entry(entry)
         return self.g.ef[entry]
 
     def remat_pending(self, Py_ssize_t entry) -> bool:
         """Whether ``entry`` is a pruned entry whose rematerialization has not run yet."""
+        self._check_entry(entry)
         return (self.g.ef[entry] & F_REMAT) != 0
 
     # -- writes (serialized by the caller) ----------------------------------------------------
     def set_flags(self, Py_ssize_t entry, int flags):
+        self._check_entry(entry)
         self.g.ef[entry] = <uint8_t>flags
 
     def make_visible(self, entries):
@@ -161,6 +174,8 @@ cdef class RoutingTable:
         cdef int64_t[::1] ev = np.ascontiguousarray(entries, dtype=np.int64)
         cdef _Generation g = self.g
         cdef Py_ssize_t i
+        for i in range(ev.shape[0]):
+            self._check_entry(ev[i])
         for i in range(ev.shape[0]):
             g.ef[ev[i]] |= 1
 
@@ -188,6 +203,7 @@ cdef class RoutingTable:
 
     def publish(self, Py_ssize_t entry, segs, filters):
         """Replace ``entry``'s list with (segs, filters), which the caller keeps sorted."""
+        self._check_entry(entry)
         cdef uint64_t[::1] sv = np.ascontiguousarray(segs, dtype=np.uint64)
         cdef uint64_t[::1] fv = np.ascontiguousarray(filters, dtype=np.uint64)
         cdef Py_ssize_t n = sv.shape[0]
@@ -212,6 +228,7 @@ cdef class RoutingTable:
     def update_member(self, Py_ssize_t entry, uint64_t seg, uint64_t filt) -> bool:
         """If ``seg`` is on ``entry``'s list: give it filter ``filt`` (publishing a re-sorted
         copy only when the filter changed) and return True; else change nothing, return False."""
+        self._check_entry(entry)
         return self._update(entry, seg, filt)
 
     cdef int _update(self, Py_ssize_t entry, uint64_t seg, uint64_t filt) except -1:
@@ -230,6 +247,7 @@ cdef class RoutingTable:
 
     def add_member(self, Py_ssize_t entry, uint64_t seg, uint64_t filt):
         """Publish ``entry``'s list with (seg, filt) inserted after the filters <= ``filt``."""
+        self._check_entry(entry)
         self._rewrite(entry, -1, seg, filt)
 
     def walk(self, const uint64_t[::1] ids not None, const int64_t[::1] offsets not None,
@@ -262,10 +280,20 @@ cdef class RoutingTable:
         builds such an entry is never private; it is made visible once its list holds the
         segment, so no match finds it empty.
         """
-        cdef Py_ssize_t n = offsets.shape[0], e, parent, m
+        cdef Py_ssize_t n = offsets.shape[0], e, parent, m, j
         cdef uint8_t fl
         cdef bint created
         cdef _Generation g
+        if not (parents.shape[0] == refinable.shape[0] == filters.shape[0] == n):
+            raise ValueError(f"{n} offsets, {parents.shape[0]} parents, "
+                             f"{refinable.shape[0]} refinable flags and {filters.shape[0]} "
+                             "filters")
+        for j in range(n):
+            if not (0 <= offsets[j] < ids.shape[0] and -1 <= parents[j] < ids.shape[0]):
+                raise ValueError(f"point {j}: offset {offsets[j]} or parent {parents[j]} "
+                                 f"is not a block of the {ids.shape[0]} given")
+        if i < 0 or not -1 <= prev < self.n_entries or not -1 <= root < self.n_entries:
+            raise ValueError(f"point {i}, previous entry {prev} or root {root} out of range")
         while i < n:
             g = self.g
             if prev >= 0 and prev != root and g.ef[prev] & F_REMAT:
@@ -467,10 +495,11 @@ cdef class RoutingTable:
         if rs.shape[0] != total or rf.shape[0] != total:
             raise ValueError(f"lists hold {total} references, got {rs.shape[0]} segment ids "
                              f"and {rf.shape[0]} filters")
+        _check_sorted(rf, lens)
         cap = 16
         while 7 * cap < 10 * n:
             cap *= 2
-        slots = _build_table(ek[:m], cap) if slots is None else _copy_slots(slots, m)
+        slots = _build_table(ek[:m], cap) if slots is None else _copy_slots(slots, ek[:m])
         cdef RoutingTable t = cls(16)
         t.g = _Generation(slots, ek, er, ef, rs, rf)
         t.n_entries = m
@@ -485,28 +514,69 @@ def _adopt(a, dtype):
     return np.require(a, dtype, ["C_CONTIGUOUS", "WRITEABLE", "ALIGNED"])
 
 
-def _copy_slots(slots, Py_ssize_t entries):
-    """A copy of ``table_slots()``'s array, made in the pass that checks its shape: a
-    power-of-two capacity with room for ``entries``, every slot empty or an entry id below
-    ``entries``, and as many used slots as entries."""
+def _check_sorted(const uint64_t[::1] filters, const int64_t[::1] lengths):
+    """ValueError unless each list (``lengths`` of them, one after the other in
+    ``filters``) is sorted by filter, as candidate selection needs."""
+    cdef Py_ssize_t e, j, off = 0, bad = -1
+    with nogil:
+        for e in range(lengths.shape[0]):
+            for j in range(off + 1, off + lengths[e]):
+                if filters[j] < filters[j - 1]:
+                    bad = e
+                    break
+            if bad >= 0:
+                break
+            off += lengths[e]
+    if bad >= 0:
+        raise ValueError(f"the posting list of entry {bad} is not sorted by filter")
+
+
+def _copy_slots(slots, const uint64_t[::1] keys):
+    """A copy of ``table_slots()``'s array for entries with ``keys``, made in the pass that
+    checks its shape: a power-of-two capacity with room for the entries, every slot empty or
+    an entry id below their number, each entry in one slot; then that probing for each key
+    finds its entry, no other entry with that key on the way."""
     cdef const uint32_t[::1] src = np.ascontiguousarray(slots, dtype=np.uint32)
-    cdef Py_ssize_t cap = src.shape[0], i, used = 0, bad = 0
+    cdef Py_ssize_t entries = keys.shape[0]
+    cdef Py_ssize_t cap = src.shape[0], i, j, used = 0, bad = 0, twice = 0, lost = 0
     if cap < 16 or cap & (cap - 1) or 10 * entries > 7 * cap:
         raise ValueError(f"table of {cap} slots cannot hold {entries} entries")
     out = np.empty(cap, np.uint32)
+    seen = np.zeros(entries, np.uint8)
     cdef uint32_t[::1] o = out
-    cdef uint32_t v
+    cdef uint8_t[::1] sn = seen
+    cdef Py_ssize_t mask = cap - 1
+    cdef uint32_t v, w
     with nogil:
         for i in range(cap):
             v = src[i]
             o[i] = v
             if v != EMPTY:
-                if v < entries:
-                    used += 1
-                else:
+                if v >= entries:
                     bad += 1
-    if bad or used != entries:
-        raise ValueError(f"table slots name {used} entries of {entries} ({bad} out of range)")
+                elif sn[v]:
+                    twice += 1
+                else:
+                    sn[v] = 1
+                    used += 1
+    if bad or twice or used != entries:
+        raise ValueError(f"table slots name {used} entries of {entries} ({bad} out of range, "
+                         f"{twice} named twice)")
+    with nogil:
+        for i in range(cap):
+            v = o[i]
+            if v == EMPTY:
+                continue
+            j = <Py_ssize_t>(_mix(keys[v]) & mask)
+            while j != i:
+                w = o[j]
+                if w == EMPTY or keys[w] == keys[v]:
+                    lost += 1
+                    break
+                j = (j + 1) & mask
+    if lost:
+        raise ValueError(f"table slots hold {lost} entries where probing for their keys "
+                         "does not find them")
     return out
 
 

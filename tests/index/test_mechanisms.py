@@ -518,11 +518,15 @@ def test_restore_refuses_lists_that_disagree_with_their_lengths():
         rt.RoutingTable.from_arrays(keys, flags, lengths[:-1], segs, filters)
 
 
-@pytest.mark.parametrize("damage", ["capacity", "range", "missing", "extra"])
+@pytest.mark.parametrize("damage", ["capacity", "range", "missing", "extra", "twice",
+                                    "moved", "same key"])
 def test_inconsistent_table_slots_are_refused(damage):
+    """Slots a snapshot holds pass its checksum, yet are checked: a table whose probes would
+    miss entries, or find two for one key, would lose routes or list a key twice."""
     t = rt.RoutingTable()
     for k in range(1, 40):
         t.add_entry(k * 7919, rt.VISIBLE)
+    keys, *lists = t.export()
     slots = t.table_slots()
     used = np.flatnonzero(slots != rt.EMPTY_SLOT)
     if damage == "capacity":
@@ -531,10 +535,70 @@ def test_inconsistent_table_slots_are_refused(damage):
         slots[used[0]] = 39
     elif damage == "missing":
         slots[used[0]] = rt.EMPTY_SLOT
-    else:
+    elif damage == "extra":
         slots[np.flatnonzero(slots == rt.EMPTY_SLOT)[0]] = 0
+    elif damage == "twice":
+        slots[used[1]] = slots[used[0]]
+    elif damage == "moved":
+        slots = np.roll(slots, 5)
+    else:
+        keys[1] = keys[0]
     with pytest.raises(ValueError, match="table"):
-        rt.RoutingTable.from_arrays(*t.export(), slots=slots)
+        rt.RoutingTable.from_arrays(keys, *lists, slots=slots)
+
+
+def test_a_list_not_sorted_by_filter_is_refused():
+    """Candidate selection reads a list in filter order: an unsorted one could put the exact
+    match behind MaxRetrieval's bound."""
+    t = rt.RoutingTable()
+    for k in range(1, 5):
+        e = t.add_entry(k, rt.VISIBLE)
+        t.add_member(e, 10 * k, 5)
+        t.add_member(e, 10 * k + 1, 9)
+    keys, flags, lengths, segs, filters = t.export()
+    rt.RoutingTable.from_arrays(keys, flags, lengths, segs, filters, slots=t.table_slots())
+    filters[[4, 5]] = filters[[5, 4]]  # the third list
+    with pytest.raises(ValueError, match="entry 2 is not sorted"):
+        rt.RoutingTable.from_arrays(keys, flags, lengths, segs, filters, slots=t.table_slots())
+
+
+def test_entry_ids_out_of_range_raise_instead_of_reading_past_the_arrays():
+    t = rt.RoutingTable()
+    e = t.add_entry(5, rt.VISIBLE)
+    t.add_member(e, 1, 2)
+    calls = [("refs", ()), ("list_len", ()), ("key_of", ()), ("flags", ()),
+             ("remat_pending", ()), ("set_flags", (1,)), ("publish", ([1], [2])),
+             ("update_member", (1, 2)), ("add_member", (1, 2))]
+    for bad in (-1, 1, 10**12):
+        for name, rest in calls:
+            with pytest.raises(IndexError, match=f"entry {bad} is not in a table of 1"):
+                getattr(t, name)(bad, *rest)
+        with pytest.raises(IndexError, match=f"entry {bad} is not in a table of 1"):
+            t.make_visible([e, bad])
+    assert t.refs(e)[0].tolist() == [1] and t.flags(e) == rt.VISIBLE  # nothing changed
+
+
+@pytest.mark.parametrize("bad", ["lengths", "offset", "parent", "point", "prev", "root"])
+def test_a_walk_with_arguments_out_of_range_raises(bad):
+    t = rt.RoutingTable()
+    ids = np.arange(1, 9, dtype=np.uint64)
+    args = dict(offsets=np.array([0, 4], np.int64), parents=np.array([-1, -1], np.int64),
+                refinable=np.zeros(2, np.uint8), filters=np.zeros(2, np.uint64), i=0, prev=-1,
+                root=-1)
+    if bad == "lengths":
+        args["filters"] = np.zeros(1, np.uint64)
+    elif bad == "offset":
+        args["offsets"][1] = 8
+    elif bad == "parent":
+        args["parents"][1] = 10**12
+    elif bad == "point":
+        args["i"] = -1
+    else:
+        args[bad] = 10**12
+    with pytest.raises(ValueError):
+        t.walk(ids, args["offsets"], args["parents"], args["refinable"], args["filters"], 7,
+               args["i"], args["prev"], True, 3, True, 256, True, args["root"])
+    assert t.n_entries == 0
 
 
 class CheckedTable:

@@ -12,6 +12,7 @@ import pytest
 import sarp
 from sarp import journal, snapshot
 from sarp._core import routing_table as rt
+from sarp._core import segment_codec
 from sarp._core.hashing import xxh64
 from sarp.errors import ConfigMismatchError, CorruptionError, RecoveryError
 from storage_backends.io import FileIO
@@ -764,3 +765,24 @@ def test_a_file_numbered_in_other_digits_is_not_a_journal(tmp_path):
     (path / "journal-\u00b2.log").write_bytes(b"not ours")
     (path / "snapshot-\u0663.snap").write_bytes(b"not ours")
     assert_all_match(path, 1)
+
+
+@pytest.mark.parametrize("swap", ["another id", "another width"])
+def test_a_checksummed_segment_record_of_another_id_or_width_is_never_served(tmp_path, swap):
+    """A whole, checksummed record under the wrong key (misplaced, or another index's) would
+    serve another segment's blocks, or metadata rows of another width, and an extension of
+    it would be written under an id the allocator hands out again: reads refuse it, as
+    does a rebuild."""
+    path = tmp_path / "i"
+    build(path, 0, 6)
+    with sarp.open(path, backend="wiredtiger") as index:
+        raw = index.store.get(1)
+        if swap == "another width":
+            seg = segment_codec.decode_segment(index.store.get(0))
+            raw = segment_codec.encode_segment(0, seg.start, seg.block_ids,
+                                               np.zeros((seg.block_count, 8), np.uint8), 8)
+        index.store.put(0, raw)
+        with pytest.raises(CorruptionError, match="segment record under key 0 names segment"):
+            index.match(tokens=sequence(0), max_retrieval=0)
+    with pytest.raises(CorruptionError, match="under key 0"):
+        sarp.rebuild(path)
