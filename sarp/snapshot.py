@@ -117,11 +117,11 @@ class Loaded:
 
 
 def load(io: FileIO, path: Path) -> Loaded:
-    """Read and verify one snapshot file in one sequential pass from the disk. The file is
-    mapped copy-on-write, so the directory adopts its posting lists where they were read
-    (``RoutingTable.from_arrays``) until the first insert copies them."""
+    """Read and verify one snapshot file in one sequential pass from the disk, into a buffer
+    of its own (``FileIO.read_private``): the directory adopts its posting lists where they
+    were read (``RoutingTable.from_arrays``) until the first insert copies them."""
     t0 = time.perf_counter()
-    raw = io.map_private(path)
+    raw = io.read_private(path)
     t1 = time.perf_counter()
     state = decode(memoryview(raw), path.name)
     return Loaded(state, path, len(raw), t1 - t0, time.perf_counter() - t1)

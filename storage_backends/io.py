@@ -200,22 +200,24 @@ class FileIO:
             os.close(f.fd)
             f.fd = -1
 
-    def map_private(self, path: str | Path) -> mmap.mmap | bytes:
-        """All of ``path``, mapped copy-on-write and read in at once (MAP_POPULATE): one
-        sequential pass from the disk, no copy into a second buffer, and writes to the mapping
-        never reach the file. Only for files that are replaced whole and never changed in
-        place (snapshots): a file truncated under a live mapping faults its reader."""
-        fd = os.open(path, os.O_RDONLY)
+    def read_private(self, path: str | Path) -> memoryview:
+        """All of ``path`` in a page-aligned, writable buffer of its own, read in one
+        sequential pass with O_DIRECT where the file system allows it (from the disk, with no
+        copy through the page cache). The caller may adopt arrays in it: no later change to
+        the file, a truncation included, can reach them."""
+        f = self.open(path, direct=True, create=False)
         try:
-            size = os.fstat(fd).st_size
-            if size == 0:
-                return b""
-            m = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0),
-                          prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            size = f.size()
+            buf = aligned_buffer(round_up(size, block_size(Path(path).parent)))
+            view, n = memoryview(buf), 0
+            while n < size:  # one read returns at most about 2 GiB, a multiple of pages
+                got = f.pread(view[n:], n)
+                if got == 0:  # cut short while read
+                    break
+                n += got
         finally:
-            os.close(fd)
-        self._add(reads=1, bytes_read=size)
-        return m
+            f.close()
+        return view[:min(n, size)]
 
     # -- directories -----------------------------------------------------------------------
     def fsync_dir(self, path: str | Path) -> None:
@@ -309,10 +311,6 @@ class PowerLossIO(FileIO):
     def _pread(self, f: File, buf: Any, offset: int) -> int:
         self._check()
         return super()._pread(f, buf, offset)
-
-    def map_private(self, path: str | Path) -> mmap.mmap | bytes:
-        self._check()
-        return super().map_private(path)
 
     def _pwrite(self, f: File, buf: Any, offset: int) -> None:
         self._check()

@@ -51,23 +51,28 @@ def test_counters(tmp_path: Path) -> None:
     assert io.syncs == 3
 
 
-def test_map_private_reads_the_file_and_never_writes_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("size", [6000, 4096, 1, 0])
+def test_read_private_reads_the_file_into_a_buffer_of_its_own(tmp_path: Path, size) -> None:
+    """A buffer the caller may write and keep: neither a write to it nor a later truncation
+    of the file (which would fault a reader of a mapping) reaches the other."""
     io = FileIO()
     path = tmp_path / "snap"
-    path.write_bytes(b"abcdef" * 1000)
-    m = io.map_private(path)
-    assert bytes(m) == b"abcdef" * 1000
-    m[:3] = b"xyz"  # copy-on-write: the mapping changes, the file does not
-    assert m[:6] == b"xyzdef" and path.read_bytes()[:6] == b"abcdef"
-    assert io.stats()["reads"] == 1 and io.stats()["bytes_read"] == 6000
-    (tmp_path / "empty").write_bytes(b"")
-    assert io.map_private(tmp_path / "empty") == b""
+    data = (b"abcdef" * 1000)[:size]
+    path.write_bytes(data)
+    m = io.read_private(path)
+    assert bytes(m) == data and len(m) == size
+    assert io.stats()["reads"] == (1 if size else 0) and io.stats()["bytes_read"] == size
+    if size:
+        m[:1] = b"x"
+        assert path.read_bytes() == data
+        path.write_bytes(b"")  # truncated under the reader
+        assert bytes(m[1:]) == data[1:]
     with pytest.raises(FileNotFoundError):
-        io.map_private(tmp_path / "missing")
+        io.read_private(tmp_path / "missing")
     lost = PowerLossIO()
     lost.crash()
     with pytest.raises(OSError):
-        lost.map_private(path)
+        lost.read_private(tmp_path / "snap")
 
 
 def test_lock_is_exclusive_until_closed_or_power_lost(tmp_path: Path) -> None:

@@ -786,3 +786,16 @@ def test_a_checksummed_segment_record_of_another_id_or_width_is_never_served(tmp
             index.match(tokens=sequence(0), max_retrieval=0)
     with pytest.raises(CorruptionError, match="under key 0"):
         sarp.rebuild(path)
+
+
+def test_an_open_index_serves_after_its_snapshot_file_is_overwritten(tmp_path):
+    """Recovery reads the snapshot into a buffer of the index's own: a copy over the file
+    while the index is open (a restore from a backup) cannot reach the posting lists it
+    adopted (a mapping of the file would fault its reader)."""
+    path = tmp_path / "i"
+    build(path, 0, 12, snapshots_at={11})
+    with sarp.open(path, backend="wiredtiger", snapshot_on_close=False) as index:
+        assert index.recovery["snapshot"] == newest_snapshot(path).name
+        newest_snapshot(path).write_bytes(b"")
+        for i in range(12):
+            assert check_match(index, i) == len(sequence(i)) // B
