@@ -35,7 +35,7 @@ def recover(index: Index) -> dict[str, Any]:
     for path in snapshot.candidates(root):
         index.unusable_snapshots.add(snapshot.FILES.seq(path))  # unless it loads (below)
         try:
-            got = snapshot.load(io, path)
+            got = snapshot.load(io, path, index.store.direct_io)
         except CorruptionError as exc:
             report["faults"].append(str(exc))
             continue

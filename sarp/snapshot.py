@@ -107,7 +107,7 @@ def write(io: FileIO, directory: Path, state: SnapshotState) -> tuple[Path, int]
 
 @dataclass
 class Loaded:
-    """A loaded snapshot: its state, file, size in bytes and the map and decode times (s)."""
+    """A loaded snapshot: its state, file, size in bytes and the read and decode times (s)."""
 
     state: SnapshotState
     path: Path
@@ -116,12 +116,13 @@ class Loaded:
     deserialize_s: float
 
 
-def load(io: FileIO, path: Path) -> Loaded:
-    """Read and verify one snapshot file in one sequential pass from the disk, into a buffer
-    of its own (``FileIO.read_private``): the directory adopts its posting lists where they
-    were read (``RoutingTable.from_arrays``) until the first insert copies them."""
+def load(io: FileIO, path: Path, direct: bool) -> Loaded:
+    """Read and verify one snapshot file in one sequential pass from the disk (O_DIRECT if
+    ``direct``, the store's setting), into a buffer of its own (``FileIO.read_private``):
+    the directory adopts its posting lists where they were read
+    (``RoutingTable.from_arrays``) until the first insert copies them."""
     t0 = time.perf_counter()
-    raw = io.read_private(path)
+    raw = io.read_private(path, direct)
     t1 = time.perf_counter()
     state = decode(memoryview(raw), path.name)
     return Loaded(state, path, len(raw), t1 - t0, time.perf_counter() - t1)

@@ -47,11 +47,12 @@ def round_up(n: int, unit: int) -> int:
 class File:
     """One open file of a ``FileIO``; offsets and lengths must be block multiples with O_DIRECT."""
 
-    def __init__(self, io: FileIO, path: Path, fd: int, direct: bool):
+    def __init__(self, io: FileIO, path: Path, fd: int, direct: bool, flags: int = os.O_RDWR):
         self.io = io
         self.path = path
         self.fd = fd
         self.direct = direct
+        self.flags = flags  # the access it was opened with, O_DIRECT aside
 
     def pread(self, buf: Any, offset: int) -> int:
         """Fill ``buf`` from ``offset``; returns the bytes read (fewer at end of file)."""
@@ -98,18 +99,20 @@ class FileIO:
                 self.counters[name] += d
 
     # -- opening -------------------------------------------------------------------------
-    def open(self, path: str | Path, direct: bool, create: bool = True) -> File:
-        """Open ``path`` read-write (created if asked), with O_DIRECT if ``direct`` and possible."""
+    def open(self, path: str | Path, direct: bool, create: bool = True, *,
+             read_only: bool = False) -> File:
+        """Open ``path`` read-write (created if asked), or ``read_only`` (an existing file),
+        with O_DIRECT if ``direct`` and possible."""
         p = Path(path)
-        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        flags = os.O_RDONLY if read_only else os.O_RDWR | (os.O_CREAT if create else 0)
         if direct and _O_DIRECT:
             try:
-                return File(self, p, os.open(p, flags | _O_DIRECT, 0o644), True)
+                return File(self, p, os.open(p, flags | _O_DIRECT, 0o644), True, flags)
             except OSError as e:
                 if e.errno != errno.EINVAL:
                     raise
                 self._warn_fallback(p)
-        return File(self, p, os.open(p, flags, 0o644), False)
+        return File(self, p, os.open(p, flags, 0o644), False, flags)
 
     def lock(self, directory: str | Path, what: str) -> File:
         """Lock ``directory`` for one handle: an exclusive ``flock`` of its LOCK file, held
@@ -126,7 +129,7 @@ class FileIO:
 
     def read_whole(self, path: str | Path) -> bytearray:
         """All bytes of the existing file ``path`` (buffered: superblocks, WAL files)."""
-        f = self.open(path, direct=False, create=False)
+        f = self.open(path, direct=False, read_only=True)
         try:
             data = bytearray(f.size())
             view, n = memoryview(data), 0
@@ -151,7 +154,7 @@ class FileIO:
         The buffered descriptor takes the place of the direct one under the same number
         (``dup2``), so a thread reading through ``f`` meanwhile never uses a closed one."""
         self._warn_fallback(f.path)
-        fd = os.open(f.path, os.O_RDWR)
+        fd = os.open(f.path, f.flags & ~os.O_CREAT)
         try:
             os.dup2(fd, f.fd, inheritable=False)
         finally:
@@ -200,12 +203,12 @@ class FileIO:
             os.close(f.fd)
             f.fd = -1
 
-    def read_private(self, path: str | Path) -> memoryview:
+    def read_private(self, path: str | Path, direct: bool) -> memoryview:
         """All of ``path`` in a page-aligned, writable buffer of its own, read in one
-        sequential pass with O_DIRECT where the file system allows it (from the disk, with no
-        copy through the page cache). The caller may adopt arrays in it: no later change to
-        the file, a truncation included, can reach them."""
-        f = self.open(path, direct=True, create=False)
+        sequential pass, with O_DIRECT if ``direct`` and the file system allows it (from the
+        disk, with no copy through the page cache). The caller may adopt arrays in it: no
+        later change to the file, a truncation included, can reach them."""
+        f = self.open(path, direct=direct, read_only=True)
         try:
             size = f.size()
             buf = aligned_buffer(round_up(size, block_size(Path(path).parent)))
@@ -298,9 +301,10 @@ class PowerLossIO(FileIO):
         self._failing_syncs = 0
         self.dead = False
 
-    def open(self, path: str | Path, direct: bool, create: bool = True) -> File:
+    def open(self, path: str | Path, direct: bool, create: bool = True, *,
+             read_only: bool = False) -> File:
         self._check()
-        f = super().open(path, direct, create)
+        f = super().open(path, direct, create, read_only=read_only)
         self._files.append(f)
         return f
 

@@ -499,7 +499,7 @@ cdef class RoutingTable:
         cap = 16
         while 7 * cap < 10 * n:
             cap *= 2
-        slots = _build_table(ek[:m], cap) if slots is None else _copy_slots(slots, ek[:m])
+        slots = _build_table(ek[:m], cap) if slots is None else _copy_slots(slots, m)
         cdef RoutingTable t = cls(16)
         t.g = _Generation(slots, ek, er, ef, rs, rf)
         t.n_entries = m
@@ -531,22 +531,20 @@ def _check_sorted(const uint64_t[::1] filters, const int64_t[::1] lengths):
         raise ValueError(f"the posting list of entry {bad} is not sorted by filter")
 
 
-def _copy_slots(slots, const uint64_t[::1] keys):
-    """A copy of ``table_slots()``'s array for entries with ``keys``, made in the pass that
-    checks its shape: a power-of-two capacity with room for the entries, every slot empty or
-    an entry id below their number, each entry in one slot; then that probing for each key
-    finds its entry, no other entry with that key on the way."""
+def _copy_slots(slots, Py_ssize_t entries):
+    """A copy of ``table_slots()``'s array, made in the pass that checks its shape: a
+    power-of-two capacity with room for ``entries``, every slot empty or an entry id below
+    ``entries``, each entry in one slot. Where in its probe sequence each entry sits is not
+    checked: that would cost what building the table does, which saving it avoids."""
     cdef const uint32_t[::1] src = np.ascontiguousarray(slots, dtype=np.uint32)
-    cdef Py_ssize_t entries = keys.shape[0]
-    cdef Py_ssize_t cap = src.shape[0], i, j, used = 0, bad = 0, twice = 0, lost = 0
+    cdef Py_ssize_t cap = src.shape[0], i, used = 0, bad = 0, twice = 0
     if cap < 16 or cap & (cap - 1) or 10 * entries > 7 * cap:
         raise ValueError(f"table of {cap} slots cannot hold {entries} entries")
     out = np.empty(cap, np.uint32)
     seen = np.zeros(entries, np.uint8)
     cdef uint32_t[::1] o = out
     cdef uint8_t[::1] sn = seen
-    cdef Py_ssize_t mask = cap - 1
-    cdef uint32_t v, w
+    cdef uint32_t v
     with nogil:
         for i in range(cap):
             v = src[i]
@@ -562,21 +560,6 @@ def _copy_slots(slots, const uint64_t[::1] keys):
     if bad or twice or used != entries:
         raise ValueError(f"table slots name {used} entries of {entries} ({bad} out of range, "
                          f"{twice} named twice)")
-    with nogil:
-        for i in range(cap):
-            v = o[i]
-            if v == EMPTY:
-                continue
-            j = <Py_ssize_t>(_mix(keys[v]) & mask)
-            while j != i:
-                w = o[j]
-                if w == EMPTY or keys[w] == keys[v]:
-                    lost += 1
-                    break
-                j = (j + 1) & mask
-    if lost:
-        raise ValueError(f"table slots hold {lost} entries where probing for their keys "
-                         "does not find them")
     return out
 
 

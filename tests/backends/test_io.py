@@ -52,14 +52,21 @@ def test_counters(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("size", [6000, 4096, 1, 0])
-def test_read_private_reads_the_file_into_a_buffer_of_its_own(tmp_path: Path, size) -> None:
+@pytest.mark.parametrize("direct", [True, False])
+def test_read_private_reads_the_file_into_a_buffer_of_its_own(tmp_path: Path, size,
+                                                              direct) -> None:
     """A buffer the caller may write and keep: neither a write to it nor a later truncation
-    of the file (which would fault a reader of a mapping) reaches the other."""
+    of the file (which would fault a reader of a mapping) reaches the other. The file is
+    opened read-only."""
     io = FileIO()
     path = tmp_path / "snap"
     data = (b"abcdef" * 1000)[:size]
     path.write_bytes(data)
-    m = io.read_private(path)
+    opened = []
+    real_open = io.open
+    io.open = lambda *a, **k: (opened.append(k), real_open(*a, **k))[1]
+    m = io.read_private(path, direct)
+    assert opened == [{"direct": direct, "read_only": True}]
     assert bytes(m) == data and len(m) == size
     assert io.stats()["reads"] == (1 if size else 0) and io.stats()["bytes_read"] == size
     if size:
@@ -68,11 +75,11 @@ def test_read_private_reads_the_file_into_a_buffer_of_its_own(tmp_path: Path, si
         path.write_bytes(b"")  # truncated under the reader
         assert bytes(m[1:]) == data[1:]
     with pytest.raises(FileNotFoundError):
-        io.read_private(tmp_path / "missing")
+        io.read_private(tmp_path / "missing", direct)
     lost = PowerLossIO()
     lost.crash()
     with pytest.raises(OSError):
-        lost.read_private(tmp_path / "snap")
+        lost.read_private(tmp_path / "snap", direct)
 
 
 def test_lock_is_exclusive_until_closed_or_power_lost(tmp_path: Path) -> None:
@@ -222,3 +229,17 @@ def test_a_damaged_superblock_raises_naming_file_and_fault(tmp_path: Path, damag
     path.write_bytes(damage(path.read_bytes()))
     with pytest.raises(error, match=f"MANIFEST: .*{words}"):
         read_superblock(FileIO(), path, b"SARPTEST")
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_a_file_opened_read_only_takes_no_write(tmp_path: Path, direct) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 4096)
+    f = FileIO().open(path, direct=direct, read_only=True)
+    try:
+        assert f.flags == os.O_RDONLY
+        with pytest.raises(OSError):
+            f.pwrite(aligned_buffer(4096), 0)
+    finally:
+        f.close()
+    assert path.read_bytes() == b"x" * 4096

@@ -14,6 +14,7 @@ import storage_backends
 from sarp import journal, snapshot
 from sarp._core.hashing import xxh64
 from sarp.errors import ConfigMismatchError, CorruptionError, RecoveryError, StoreLockedError
+from storage_backends.io import FileIO
 
 from .old_formats import downgrade
 from .test_damage import assert_all_match, build, insert
@@ -33,7 +34,7 @@ def test_each_new_index_gets_its_own_id_which_its_files_carry(tmp_path):
     assert index_id(a) != index_id(b)
     ident = int(index_id(a), 16)
     assert ident and json.loads((a / "sarp.json").read_text())["format"] == 3
-    assert snapshot.load(sarp.index.FileIO(), snapshot.candidates(a)[0]).state.index_id == ident
+    assert snapshot.load(FileIO(), snapshot.candidates(a)[0], True).state.index_id == ident
     for _, p in journal.files(a):
         assert journal.FILE_HEADER.unpack_from(p.read_bytes())[5] == ident
 
@@ -129,7 +130,7 @@ def test_an_index_of_the_formats_before_ids_opens_and_goes_on(tmp_path, journal_
         index.snapshot()
         insert(index, 11)
     assert (path / "sarp.json").read_bytes() == old_json
-    assert snapshot.load(sarp.index.FileIO(), snapshot.candidates(path)[0]).state.index_id == 0
+    assert snapshot.load(FileIO(), snapshot.candidates(path)[0], True).state.index_id == 0
     assert assert_all_match(path, 12)["snapshot"] == snapshot.FILES.name(2)
 
 
