@@ -44,6 +44,19 @@ def round_up(n: int, unit: int) -> int:
     return -(-n // unit) * unit
 
 
+def _read_from_start(f: File, view: memoryview, size: int) -> int:
+    """Read the first ``size`` bytes of ``f`` into ``view`` (which may be longer, as O_DIRECT
+    needs); returns the bytes read, fewer if the file was cut short while read. One read
+    returns at most about 2 GiB, a multiple of pages, so the next starts aligned."""
+    n = 0
+    while n < size:
+        got = f.pread(view[n:], n)
+        if got == 0:
+            break
+        n += got
+    return min(n, size)
+
+
 class File:
     """One open file of a ``FileIO``; offsets and lengths must be block multiples with O_DIRECT."""
 
@@ -132,14 +145,9 @@ class FileIO:
         f = self.open(path, direct=False, read_only=True)
         try:
             data = bytearray(f.size())
-            view, n = memoryview(data), 0
-            while n < len(data):  # one read returns at most about 2 GiB
-                got = f.pread(view[n:], n)
-                if got == 0:  # cut short while read
-                    del view
-                    del data[n:]
-                    break
-                n += got
+            with memoryview(data) as view:
+                n = _read_from_start(f, view, len(data))
+            del data[n:]
         finally:
             f.close()
         return data
@@ -211,16 +219,11 @@ class FileIO:
         f = self.open(path, direct=direct, read_only=True)
         try:
             size = f.size()
-            buf = aligned_buffer(round_up(size, block_size(Path(path).parent)))
-            view, n = memoryview(buf), 0
-            while n < size:  # one read returns at most about 2 GiB, a multiple of pages
-                got = f.pread(view[n:], n)
-                if got == 0:  # cut short while read
-                    break
-                n += got
+            view = memoryview(aligned_buffer(round_up(size, block_size(Path(path).parent))))
+            n = _read_from_start(f, view, size)
         finally:
             f.close()
-        return view[:min(n, size)]
+        return view[:n]
 
     # -- directories -----------------------------------------------------------------------
     def fsync_dir(self, path: str | Path) -> None:
