@@ -50,8 +50,8 @@ def _integer_array(values: object, name: str, limit: int, dtype: type) -> np.nda
     if isinstance(values, np.ndarray) and values.dtype != object:
         return _from_array(values, name, limit, dtype)
     # sets and mappings have no token order
-    check_iterable(values, name, "a sequence of integers", (Set, Mapping))
-    seq = values.tolist() if isinstance(values, np.ndarray) else list(values)
+    seq = (values.tolist() if isinstance(values, np.ndarray)
+           else list(check_iterable(values, name, "a sequence of integers", (Set, Mapping))))
     for t in set(map(type, seq)):
         if issubclass(t, (bool, np.bool_)) or not issubclass(t, (int, np.integer)):
             raise TypeError(f"{name} must hold integers, found {t.__name__}")

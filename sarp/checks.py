@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 #: the largest integer option: what fits a signed 64-bit field
 MAX_INT = (1 << 63) - 1
@@ -17,7 +18,7 @@ def check_int(value: object, name: str, lo: int, hi: int = MAX_INT) -> int:
         return value
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError(f"{name} must be an integer, got {value!r}")
-    n = value.__index__()  # type: ignore[union-attr]
+    n = value.__index__()
     if not lo <= n <= hi:
         raise ValueError(f"{name} must be in [{lo}, {hi}], got {n}")
     return n
@@ -26,11 +27,13 @@ def check_int(value: object, name: str, lo: int, hi: int = MAX_INT) -> int:
 _TEXT = (str, bytes, bytearray, memoryview)
 
 
-def check_iterable(value: object, name: str, what: str, exclude: tuple[type, ...] = ()) -> None:
-    """Raise TypeError naming the argument (``name`` must be ``what``) unless ``value`` is an
-    iterable other than text and the types in ``exclude``."""
+def check_iterable(value: object, name: str, what: str,
+                   exclude: tuple[type, ...] = ()) -> Iterable[Any]:
+    """Return ``value``, or raise TypeError naming the argument (``name`` must be ``what``)
+    unless it is an iterable other than text and the types in ``exclude``."""
     if isinstance(value, _TEXT + exclude) or not isinstance(value, Iterable):
         raise TypeError(f"{name} must be {what}, got {type(value).__name__}")
+    return value
 
 
 def check_directory(path: Path, is_file: str, cannot_create: str) -> None:

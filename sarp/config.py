@@ -26,7 +26,7 @@ DEFAULT_METADATA_DTYPE = np.dtype(
 )
 
 
-def check_metadata_dtype(value: object) -> np.dtype:
+def check_metadata_dtype(value: Any) -> np.dtype:
     """``value`` as the dtype of one block's metadata record (a fixed-width, scalar or
     structured dtype of 1 to 65535 bytes), or raise naming ``metadata_dtype``."""
     if value is None:  # np.dtype(None) would be float64
@@ -38,11 +38,12 @@ def check_metadata_dtype(value: object) -> np.dtype:
     if dtype.hasobject or dtype.subdtype is not None or not 0 < dtype.itemsize <= 65535:
         raise ValueError("metadata_dtype must be a fixed-width dtype of 1 to 65535 bytes, "
                          f"not a subarray or object dtype, got {dtype}")
+    # sarp.json must give it back, or the index would never reopen
     try:
-        stored = dtype_of_json(json.loads(json.dumps(dtype_json(dtype))))
+        stored: object = dtype_of_json(json.loads(json.dumps(dtype_json(dtype))))
     except (TypeError, ValueError) as exc:
         stored = exc
-    if stored != dtype:  # sarp.json could not give it back: the index would never reopen
+    if stored != dtype:
         raise ValueError(f"metadata_dtype {dtype} cannot be stored in sarp.json ({stored})")
     return dtype
 

@@ -97,7 +97,8 @@ class Index:
         self.recovery: dict[str, Any] = {}
         #: numbers of the snapshots recovery found unusable: never kept as the fallback
         self.unusable_snapshots: set[int] = set()
-        self._journal: journal.JournalWriter | None = None
+        #: the journal being written; set once recovery (or a rebuild) has opened it
+        self._journal: journal.JournalWriter
         self._dir_lock = threading.RLock()  # routing-directory writers
         self._journal_lock = threading.Lock()  # journal records, record_seq, journal switches
         self._window_locks = [threading.Lock() for _ in range(WINDOW_LOCKS)]
@@ -301,7 +302,7 @@ class Index:
                 self._snapshot()
         finally:
             try:
-                if self._journal is not None:
+                if hasattr(self, "_journal"):  # not when the open failed before it
                     self._journal.close()
             finally:
                 try:
@@ -325,9 +326,9 @@ class Index:
             held = None
         then = functools.partial(self._schedule, held=held)
         for root in events.refine:
-            self._worker.submit(lambda r=root: self._backfill(r, then, held))
+            self._worker.submit(functools.partial(self._backfill, root, then, held))
         for root in events.remat:
-            self._worker.submit(lambda r=root: self._rematerialize(r, then, held))
+            self._worker.submit(functools.partial(self._rematerialize, root, then, held))
 
     def _run_inline(self, events: Events) -> None:
         """Run the jobs of ``events`` (and those they trigger) now, on this thread."""
@@ -441,7 +442,7 @@ class Index:
         journals = journal.files(self.path)
         self.record_seq = max((_last_record(self.io, p) for _, p in journals), default=0)
         seqs = [s for s, _ in journals]
-        seqs += [snapshot.FILES.seq(p) for p in snapshot.candidates(self.path)]
+        seqs += [s for s, _ in snapshot.FILES.files(self.path)]
         self.epoch = max(seqs, default=0)
         self._journal = journal.JournalWriter(
             self.io, self.path / journal.FILES.name(self.epoch + 1), self.epoch + 1,
@@ -454,8 +455,8 @@ class Index:
 
     def _remove_older_than(self, keep_from: float) -> None:
         """Delete the snapshots and journals numbered below ``keep_from`` (``math.inf``: all)."""
-        for p in snapshot.candidates(self.path):
-            if snapshot.FILES.seq(p) < keep_from:
+        for seq, p in snapshot.FILES.files(self.path):
+            if seq < keep_from:
                 self.io.unlink(p)
         for seq, p in journal.files(self.path):
             if seq < keep_from:

@@ -32,8 +32,8 @@ def recover(index: Index) -> dict[str, Any]:
                                   journal_records=0, missing_segments=0, torn_tail_bytes=0,
                                   rolled_forward=0, redone_builds=0, faults=[])
     loaded = None
-    for path in snapshot.candidates(root):
-        index.unusable_snapshots.add(snapshot.FILES.seq(path))  # unless it loads (below)
+    for seq, path in reversed(snapshot.FILES.files(root)):  # newest first
+        index.unusable_snapshots.add(seq)  # unless it loads (below)
         try:
             got = snapshot.load(io, path, index.store.direct_io)
         except CorruptionError as exc:
@@ -55,7 +55,7 @@ def recover(index: Index) -> dict[str, Any]:
         except ValueError as exc:  # passed its checksum, yet not a table we wrote
             report["faults"].append(f"{path.name}: {exc}")
             continue
-        index.unusable_snapshots.discard(snapshot.FILES.seq(path))
+        index.unusable_snapshots.discard(seq)
         loaded = got
         index.directory.table = table
         index.segments.advance_past(s.next_segment_id - 1)
@@ -74,12 +74,12 @@ def recover(index: Index) -> dict[str, Any]:
         raise RecoveryError(f"index at {str(root)!r}: no verified snapshot with its journals "
                             f"(journals found from {base}: {[q for q, _ in chain]}; "
                             f"faults: {faults}); run `sarp rebuild`")
-    last_seq = None
+    last_seq = 0
     for i, (_, path) in enumerate(chain):
         replay = journal.read(io, path, last=i == len(chain) - 1, index_id=index.index_id)
         report["bytes_read"] += replay.bytes_read
         report["torn_tail_bytes"] += replay.torn_tail
-        if last_seq is not None and replay.after_record != last_seq:
+        if i and replay.after_record != last_seq:
             raise RecoveryError(
                 f"index at {str(root)!r}: {path.name} starts after record "
                 f"{replay.after_record}, but the journals before it end at record {last_seq}: "

@@ -12,13 +12,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sarp.checks import check_int, check_iterable
 from sarp.errors import CorruptionError, StoreClosedError, StoreKindError
 from storage_backends.calls import Calls
 from storage_backends.io import File, FileIO
 from storage_backends.write_stop import WriteStop
+
+S = TypeVar("S", bound="RecordStore")
 
 DURABILITY_MODES = ("sync", "group", "none")
 MAX_KEY = (1 << 64) - 1
@@ -44,15 +46,13 @@ def check_io(io: object) -> FileIO:
 
 def check_keys(keys: object) -> list[int]:
     """``keys`` (an iterable of integers, not a string) as a list of checked keys."""
-    check_iterable(keys, "keys", "an iterable of integers")
-    return [check_key(k, "keys") for k in keys]
+    return [check_key(k, "keys") for k in check_iterable(keys, "keys", "an iterable of integers")]
 
 
 def check_pairs(pairs: object) -> list[tuple[int, bytes]]:
     """``pairs`` (an iterable of (key, value) pairs) as a list of checked pairs."""
-    check_iterable(pairs, "pairs", "an iterable of (key, value) pairs", (Mapping,))
     out = []
-    for pair in pairs:
+    for pair in check_iterable(pairs, "pairs", "an iterable of (key, value) pairs", (Mapping,)):
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
             raise TypeError(f"pairs must hold (key, value) pairs, got {type(pair).__name__} "
                             f"{str(pair)[:40]}")
@@ -245,7 +245,7 @@ class RecordStore(ABC):
     def closed(self) -> bool:
         return not self._calls.open
 
-    def __enter__(self) -> RecordStore:
+    def __enter__(self: S) -> S:
         self._check_open()
         return self
 

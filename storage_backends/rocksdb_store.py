@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rocksdict import (
     BlockBasedIndexType,
@@ -88,7 +88,7 @@ class RocksDBStore(RecordStore):
 
     def _get_many(self, keys: list[int]) -> list[bytes | None]:
         try:
-            return self._db.get([_KEY.pack(k) for k in keys])
+            return cast("list[bytes | None]", self._db.get([_KEY.pack(k) for k in keys]))
         except Exception as exc:  # the binding raises plain Exception with RocksDB's status
             raise self._damage(exc) from exc
 

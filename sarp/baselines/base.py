@@ -243,7 +243,7 @@ def probe_blocks(get: Callable[[int], bytes | None], ids: Sequence[int]) -> tupl
 
     Returns the values found and the number of lookups issued (found, plus the miss if any).
     """
-    found = []
+    found: list[bytes] = []
     for h in ids:
         value = get(h)
         if value is None:

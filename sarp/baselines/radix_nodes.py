@@ -165,12 +165,13 @@ class NodeTable:
             if nid != ROOT:
                 evicted.append(self.nodes.pop(nid))
                 self.resident_bytes -= self._charged.pop(nid)
-        self._write([x for x in evicted if x.node_id in self._dirty], st)
+        if self.spill is not None:
+            self._write(self.spill, [x for x in evicted if x.node_id in self._dirty], st)
 
     def flush(self, st: dict[str, int]) -> None:
         """Write every dirty resident node to the spill store (capped variant only)."""
         if self.spill is not None:
-            self._write([self.nodes[nid] for nid in self._dirty], st)
+            self._write(self.spill, [self.nodes[nid] for nid in self._dirty], st)
 
     def _charge(self, node: Node) -> None:
         self.resident_bytes += node_bytes(node) - self._charged.get(node.node_id, 0)
@@ -178,12 +179,12 @@ class NodeTable:
         self.nodes[node.node_id] = node
         self.nodes.move_to_end(node.node_id)
 
-    def _write(self, nodes: list[Node], st: dict[str, int]) -> None:
+    def _write(self, spill: RecordStore, nodes: list[Node], st: dict[str, int]) -> None:
         if not nodes:
             return
         records = [r for x in nodes for r in self._pieces(x.node_id, seal(NODE_MAGIC,
                                                                           encode_nodes([x])))]
-        self.spill.put_many(records)
+        spill.put_many(records)
         self.spill_writes += len(records)
         self._dirty.difference_update(x.node_id for x in nodes)
         st["spill_writes"] = st.get("spill_writes", 0) + len(records)
@@ -198,17 +199,19 @@ class NodeTable:
                 for i, o in enumerate(range(0, len(blob), step))]
 
     def _read_spilled(self, node_id: int, st: dict[str, int]) -> Node:
-        raw = self.spill.get(self.key_base | node_id) if self.spill is not None else None
+        if self.spill is None:
+            raise CorruptionError(f"radix node {node_id} in DRAM is missing")
+        raw = self.spill.get(self.key_base | node_id)
         reads = 1
-        name = f"radix node {node_id} in {self.spill.path if self.spill else 'DRAM'}"
+        name = f"radix node {node_id} in {self.spill.path}"
         if raw is not None and len(raw) >= HEADER.size:
             total = HEADER.size + HEADER.unpack_from(raw)[3] + CHECKSUM.size
             if total > len(raw):  # stored in pieces of len(raw) bytes each
                 keys = [self.key_base | (i << PIECE_SHIFT) | node_id
                         for i in range(1, -(-total // len(raw)))]
-                rest = self.spill.get_many(keys)
+                rest = [r for r in self.spill.get_many(keys) if r is not None]
                 reads += len(keys)
-                if any(r is None for r in rest):
+                if len(rest) != len(keys):
                     raise CorruptionError(f"{name}: a piece is missing")
                 raw = b"".join([raw, *rest])
         self.spill_reads += reads

@@ -34,6 +34,7 @@ from sarp._core.verify import common_prefix
 from sarp.baselines.base import BaselineIndex, Matched
 from sarp.baselines.settings import Settings
 from sarp.matched_prefix import Tail
+from storage_backends import RecordStore
 
 
 def segment_key(end_id: int, size: int) -> int:
@@ -52,6 +53,7 @@ def segment_offsets(length: int, top: int) -> Iterator[tuple[int, int]]:
 class SegmentHash(BaselineIndex):
     """Query-computed segment keys with halving retries; no in-DRAM state."""
 
+    store: RecordStore  # this design always has one
     design = "segment_hash"
 
     @classmethod
@@ -83,7 +85,7 @@ class SegmentHash(BaselineIndex):
     def _match(self, q: np.ndarray) -> Matched:
         st = {"store_reads": 0, "fallback_reads": 0}
         S = self.settings.segment_blocks
-        out = []
+        out: list[bytes] = []
         tail = None
         for ws in range(0, len(q), S):
             end, parts = self._descend(q, ws, st)

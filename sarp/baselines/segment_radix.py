@@ -59,6 +59,7 @@ TreePath = list[tuple[Node, int]]  # (node, blocks of its edge on the matched pa
 class SegmentRadix(BaselineIndex):
     """Segments in the backend, exact radix tree in DRAM (optionally capped, with spilling)."""
 
+    store: RecordStore  # this design always has one
     design = "segment_radix"
     dense_keys = True  # segment ids, as SARP's
     serial_match = True
@@ -147,9 +148,10 @@ class SegmentRadix(BaselineIndex):
         out = []
         for sid, first, take, pos in spans:
             seg = segs.get(sid)
-            ok = (0 if seg is None or first >= seg.block_count
-                  else common_prefix(q, pos, seg.block_ids, first, take))
-            out.append(seg.metadata[first:first + ok].tobytes() if ok else b"")
+            ok = 0
+            if seg is not None and first < seg.block_count:
+                ok = common_prefix(q, pos, seg.block_ids, first, take)
+                out.append(seg.metadata[first:first + ok].tobytes())
             if ok < take:
                 break
         return b"".join(out)
@@ -227,7 +229,8 @@ class SegmentRadix(BaselineIndex):
         return self._tree.resident_bytes
 
     def _extra_stats(self) -> dict[str, Any]:
-        out = {"resident_nodes": len(self._tree.nodes), "cap": self.settings.capped}
+        out: dict[str, Any] = {"resident_nodes": len(self._tree.nodes),
+                               "cap": self.settings.capped}
         if self._spill is not None:
             out.update(spill_reads=self._tree.spill_reads, spill_writes=self._tree.spill_writes,
                        spill_piece_bytes=self._tree.piece_bytes)

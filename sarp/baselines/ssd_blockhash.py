@@ -12,11 +12,13 @@ import numpy as np
 
 from sarp.baselines.base import BaselineIndex, Matched, match_blocks, split_rows, stored_prefix
 from sarp.matched_prefix import Tail
+from storage_backends import RecordStore
 
 
 class SSDBlockHash(BaselineIndex):
     """Per-block entries in the backend; one store read per probed block."""
 
+    store: RecordStore  # this design always has one
     design = "ssd_blockhash"
 
     def _match(self, q: np.ndarray) -> Matched:

@@ -112,7 +112,7 @@ def _index_row(name: str, backend: str, blocks: int, copies: int, base: list[np.
         drop_page_cache(path)
         with design.open(path, setup) as reopened:
             reports.append(dict(reopened.recovery))
-    reports.sort(key=lambda r: r.get("total_s", r.get("seconds")))
+    reports.sort(key=lambda r: r["total_s"] if "total_s" in r else r["seconds"])
     rec = reports[len(reports) // 2]
     drop_page_cache(path)
     with design.open(path, setup) as reopened:  # one more, for the first insert after it

@@ -121,7 +121,7 @@ def _server(binary: str, directory: Path, port: int) -> Iterator[subprocess.Pope
 def _check_alive(proc: subprocess.Popen, directory: Path) -> None:
     """Raise at once, with the end of its log, if the server has exited."""
     if proc.poll() is not None:
-        tail = []
+        tail: list[str] = []
         for name in ("redis.log", "redis.stderr"):
             log = directory / name
             tail = tail or (log.read_text().strip().splitlines()[-1:] if log.exists() else [])

@@ -38,11 +38,12 @@ def scaling(p: Prepared, design: Design, setup: Setup, counts: list[int], workdi
             shutil.rmtree(path, ignore_errors=True)
             if wall > 0:
                 rates[threads].append(done[threads] / wall)
-    rows = [{"workload": p.name, "design": design.name, "backend": setup.backend,
-             "threads": threads, "requests": done[threads],
-             "throughput_rps": float(np.median(rates[threads])) if rates[threads] else None}
-            for threads in counts]
-    base = next((r["throughput_rps"] for r in rows if r["threads"] == 1), None)
-    for r in rows:
-        r["speedup"] = r["throughput_rps"] / base if base and r["throughput_rps"] else None
+    rps = {t: float(np.median(rates[t])) if rates[t] else None for t in counts}
+    base = rps.get(1)
+    rows = []
+    for t in counts:
+        r = rps[t]
+        rows.append({"workload": p.name, "design": design.name, "backend": setup.backend,
+                     "threads": t, "requests": done[t], "throughput_rps": r,
+                     "speedup": r / base if r and base else None})
     return rows

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +40,7 @@ class _Shape:
 
 
 # fmt: off
-_NONE = {"openers": 0, "opener_len": (0, 0), "opener_share": 0.0}
+_NONE: dict[str, Any] = {"openers": 0, "opener_len": (0, 0), "opener_share": 0.0}
 SHAPES: dict[str, _Shape] = {
     # one long system prompt for everyone, a few task templates, then diverse code and
     # execution output: long shared prefixes, then many alternatives
