@@ -575,9 +575,14 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
         raise
     store_open_s = time.perf_counter() - t0
     if not existing and cfg_file.exists():  # checked again under the store's lock
+        # another open created the index (and closed it) meanwhile: open that one instead
         store.close()
-        raise ValueError(f"path {str(root)!r}: another open created an index there "
-                         "meanwhile; open it again")
+        return open(path, backend, memory_budget=memory_budget, durability=durability,
+                    direct_io=direct_io, background=background,
+                    snapshot_every_inserts=snapshot_every_inserts,
+                    snapshot_every_seconds=snapshot_every_seconds,
+                    snapshot_on_close=snapshot_on_close, store_options=store_options,
+                    _rebuild=_rebuild, _salvage=_salvage, _io=_io, **config)
     try:
         if not existing:  # checked once, when the index is created
             _check_nothing_stored(root, store, io)

@@ -219,7 +219,7 @@ def test_a_creation_that_finds_the_store_locked_removes_nothing(tmp_path, monkey
 
 def test_a_creation_finds_an_index_created_meanwhile(tmp_path, monkeypatch):
     """An index another open created (and closed) between this open's first look and its
-    store lock is not overwritten: the open asks to be run again, and the index is kept."""
+    store lock is not overwritten: the open opens that index instead, as a later one would."""
     path = tmp_path / "i"
     real = storage_backends.open_store
 
@@ -229,6 +229,28 @@ def test_a_creation_finds_an_index_created_meanwhile(tmp_path, monkeypatch):
         return real(kind, store_path, **kw)
 
     monkeypatch.setattr(storage_backends, "open_store", racing)
-    with pytest.raises(ValueError, match="another open created an index there meanwhile"):
-        sarp.open(path, backend="wiredtiger", **CONFIG)
+    with sarp.open(path, backend="wiredtiger", **CONFIG) as index:
+        ident = index_id(path)
+        for s in range(3):
+            assert check_match(index, s) == len(sequence(s)) // B
+        assert index.recovery["journal_records"] == 3  # recovered, not created
+    assert index_id(path) == ident
+    assert_all_match(path, 3)
+
+
+def test_a_creation_that_finds_an_index_created_meanwhile_checks_its_config(tmp_path,
+                                                                            monkeypatch):
+    """The index created meanwhile is opened as any existing one: a conflicting parameter
+    of this open raises, and the index is kept."""
+    path = tmp_path / "i"
+    real = storage_backends.open_store
+
+    def racing(kind, store_path, **kw):
+        monkeypatch.setattr(storage_backends, "open_store", real)
+        build(path, 0, 3)  # the other open
+        return real(kind, store_path, **kw)
+
+    monkeypatch.setattr(storage_backends, "open_store", racing)
+    with pytest.raises(ConfigMismatchError):
+        sarp.open(path, backend="wiredtiger", **{**CONFIG, "tau": 5})
     assert_all_match(path, 3)
