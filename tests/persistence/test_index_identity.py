@@ -217,10 +217,9 @@ def test_a_creation_that_finds_the_store_locked_removes_nothing(tmp_path, monkey
     held[0].close()
 
 
-def test_a_creation_finds_an_index_created_meanwhile(tmp_path, monkeypatch):
-    """An index another open created (and closed) between this open's first look and its
-    store lock is not overwritten: the open opens that index instead, as a later one would."""
-    path = tmp_path / "i"
+def _created_meanwhile(path, monkeypatch) -> None:
+    """Make the next store open first create an index at ``path`` by another open (and close
+    it): the race in which an open decides to create, then finds the index there."""
     real = storage_backends.open_store
 
     def racing(kind, store_path, **kw):
@@ -229,6 +228,13 @@ def test_a_creation_finds_an_index_created_meanwhile(tmp_path, monkeypatch):
         return real(kind, store_path, **kw)
 
     monkeypatch.setattr(storage_backends, "open_store", racing)
+
+
+def test_a_creation_finds_an_index_created_meanwhile(tmp_path, monkeypatch):
+    """An index another open created (and closed) between this open's first look and its
+    store lock is not overwritten: the open opens that index instead, as a later one would."""
+    path = tmp_path / "i"
+    _created_meanwhile(path, monkeypatch)
     with sarp.open(path, backend="wiredtiger", **CONFIG) as index:
         ident = index_id(path)
         for s in range(3):
@@ -243,14 +249,7 @@ def test_a_creation_that_finds_an_index_created_meanwhile_checks_its_config(tmp_
     """The index created meanwhile is opened as any existing one: a conflicting parameter
     of this open raises, and the index is kept."""
     path = tmp_path / "i"
-    real = storage_backends.open_store
-
-    def racing(kind, store_path, **kw):
-        monkeypatch.setattr(storage_backends, "open_store", real)
-        build(path, 0, 3)  # the other open
-        return real(kind, store_path, **kw)
-
-    monkeypatch.setattr(storage_backends, "open_store", racing)
+    _created_meanwhile(path, monkeypatch)
     with pytest.raises(ConfigMismatchError):
         sarp.open(path, backend="wiredtiger", **{**CONFIG, "tau": 5})
     assert_all_match(path, 3)
