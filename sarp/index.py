@@ -553,36 +553,48 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
     else:
         stored, index_id = wanted, new_index_id()
         cfg = stored
-    backend = _store_kind(root, backend, existing)
-    storage_backends.store_class(backend, store_options)
+    kind = _store_kind(root, backend, existing)
+    storage_backends.store_class(kind, store_options)
     salvage_s = None
     if _salvage:
         t1 = time.perf_counter()
-        storage_backends.salvage(root / STORE_DIR, backend)
+        storage_backends.salvage(root / STORE_DIR, kind)
         salvage_s = time.perf_counter() - t1
-    created = [p for p in (root, root / STORE_DIR) if not p.exists()]
-    # a failed creation also removes what it added to a directory that was there (sarp.json,
-    # the first journal), which would otherwise name an index whose store is gone
-    before = None if existing or not root.exists() else {p.name for p in root.iterdir()}
-    try:
-        store = storage_backends.open_store(
-            backend, root / STORE_DIR, memory_budget=memory_budget, durability=durability,
-            direct_io=direct_io, dense_keys=True, **store_options)
-    except StoreLockedError:
-        raise  # another open holds the store: nothing there is this one's to remove
-    except BaseException:
-        _remove_created(created, root, before, io)
-        raise
-    store_open_s = time.perf_counter() - t0
-    if not existing and cfg_file.exists():  # checked again under the store's lock
-        # another open created the index (and closed it) meanwhile: open that one instead
-        store.close()
+
+    def created_meanwhile() -> Index:
+        """Open the index another open created (and closed) since this one first looked,
+        as an open a moment later would: nothing is created."""
         return open(path, backend, memory_budget=memory_budget, durability=durability,
                     direct_io=direct_io, background=background,
                     snapshot_every_inserts=snapshot_every_inserts,
                     snapshot_every_seconds=snapshot_every_seconds,
                     snapshot_on_close=snapshot_on_close, store_options=store_options,
                     _rebuild=_rebuild, _salvage=_salvage, _io=_io, **config)
+
+    created = [p for p in (root, root / STORE_DIR) if not p.exists()]
+    # a failed creation also removes what it added to a directory that was there (sarp.json,
+    # the first journal), which would otherwise name an index whose store is gone
+    before = None if existing or not root.exists() else {p.name for p in root.iterdir()}
+    try:
+        store = storage_backends.open_store(
+            kind, root / STORE_DIR, memory_budget=memory_budget, durability=durability,
+            direct_io=direct_io, dense_keys=True, **store_options)
+    except StoreLockedError:
+        raise  # another open holds the store: nothing there is this one's to remove
+    except StoreKindError:
+        # another open made a store of another kind there since this one looked: nothing
+        # there is this one's to remove
+        if not existing and cfg_file.exists():
+            return created_meanwhile()
+        raise
+    except BaseException:
+        if existing or not cfg_file.exists():  # else what is there is another open's index
+            _remove_created(created, root, before, io)
+        raise
+    store_open_s = time.perf_counter() - t0
+    if not existing and cfg_file.exists():  # checked again under the store's lock
+        store.close()
+        return created_meanwhile()
     try:
         if not existing:  # checked once, when the index is created
             _check_nothing_stored(root, store, io)

@@ -13,7 +13,13 @@ import sarp
 import storage_backends
 from sarp import journal, snapshot
 from sarp._core.hashing import xxh64
-from sarp.errors import ConfigMismatchError, CorruptionError, RecoveryError, StoreLockedError
+from sarp.errors import (
+    ConfigMismatchError,
+    CorruptionError,
+    RecoveryError,
+    StoreKindError,
+    StoreLockedError,
+)
 from storage_backends.io import FileIO
 
 from .old_formats import downgrade
@@ -217,17 +223,26 @@ def test_a_creation_that_finds_the_store_locked_removes_nothing(tmp_path, monkey
     held[0].close()
 
 
-def _created_meanwhile(path, monkeypatch) -> None:
-    """Make the next store open first create an index at ``path`` by another open (and close
-    it): the race in which an open decides to create, then finds the index there."""
+def _race(monkeypatch, other, fail: bool = False) -> None:
+    """Make the next store open first run ``other`` (another open, given the store's path),
+    then open the store, or fail with OSError: the race in which an open decides to create an
+    index, and another open works there before this one takes the store's lock."""
     real = storage_backends.open_store
 
     def racing(kind, store_path, **kw):
         monkeypatch.setattr(storage_backends, "open_store", real)
-        build(path, 0, 3)  # the other open
+        other(store_path)
+        if fail:
+            raise OSError("injected: the store cannot be opened")
         return real(kind, store_path, **kw)
 
     monkeypatch.setattr(storage_backends, "open_store", racing)
+
+
+def _created_meanwhile(path, monkeypatch, backend: str = "wiredtiger", fail: bool = False):
+    """``_race`` with another open that creates an index at ``path`` on ``backend``, holding
+    sequences 0 to 2, and closes it."""
+    _race(monkeypatch, lambda _: build(path, 0, 3, backend=backend), fail)
 
 
 def test_a_creation_finds_an_index_created_meanwhile(tmp_path, monkeypatch):
@@ -252,4 +267,44 @@ def test_a_creation_that_finds_an_index_created_meanwhile_checks_its_config(tmp_
     _created_meanwhile(path, monkeypatch)
     with pytest.raises(ConfigMismatchError):
         sarp.open(path, backend="wiredtiger", **{**CONFIG, "tau": 5})
+    assert_all_match(path, 3)
+
+
+def test_a_creation_finds_an_index_of_another_backend_created_meanwhile(tmp_path, monkeypatch):
+    """The other open made a store of another kind: with no backend named, this open opens
+    that index, as a later open would; naming its own backend, it raises StoreKindError.
+    Either way the other index is kept whole (before, this open deleted it as its own)."""
+    path = tmp_path / "i"
+    _created_meanwhile(path, monkeypatch, backend="flashlog")
+    with sarp.open(path, **CONFIG) as index:
+        assert index.store.kind == "flashlog"
+        for s in range(3):
+            assert check_match(index, s) == len(sequence(s)) // B
+    other = tmp_path / "j"
+    _created_meanwhile(other, monkeypatch, backend="flashlog")
+    with pytest.raises(StoreKindError):
+        sarp.open(other, backend="wiredtiger", **CONFIG)
+    with sarp.open(other) as index:
+        for s in range(3):
+            assert check_match(index, s) == len(sequence(s)) // B
+
+
+def test_a_creation_leaves_a_store_of_another_kind_made_meanwhile(tmp_path, monkeypatch):
+    """Another open, creating an index on another backend, has made its store but not yet
+    its sarp.json: this open raises StoreKindError and removes nothing of it."""
+    path = tmp_path / "i"
+    real = storage_backends.open_store
+    _race(monkeypatch, lambda store: real("flashlog", store, dense_keys=True).close())
+    with pytest.raises(StoreKindError):
+        sarp.open(path, backend="wiredtiger", **CONFIG)
+    assert storage_backends.stored_kind(path / "store") == "flashlog"
+
+
+def test_a_failed_creation_keeps_an_index_created_meanwhile(tmp_path, monkeypatch):
+    """This open's store fails to open after another open created the index there: the
+    error is raised, and nothing of that index is removed as this open's leftovers."""
+    path = tmp_path / "i"
+    _created_meanwhile(path, monkeypatch, fail=True)
+    with pytest.raises(OSError, match="injected"):
+        sarp.open(path, backend="wiredtiger", **CONFIG)
     assert_all_match(path, 3)
