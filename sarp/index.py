@@ -442,7 +442,7 @@ class Index:
         journals = journal.files(self.path)
         self.record_seq = max((_last_record(self.io, p) for _, p in journals), default=0)
         seqs = [s for s, _ in journals]
-        seqs += [s for s, _ in snapshot.FILES.files(self.path)]
+        seqs += [s for s, _ in snapshot.candidates(self.path)]
         self.epoch = max(seqs, default=0)
         self._journal = journal.JournalWriter(
             self.io, self.path / journal.FILES.name(self.epoch + 1), self.epoch + 1,
@@ -455,7 +455,7 @@ class Index:
 
     def _remove_older_than(self, keep_from: float) -> None:
         """Delete the snapshots and journals numbered below ``keep_from`` (``math.inf``: all)."""
-        for seq, p in snapshot.FILES.files(self.path):
+        for seq, p in snapshot.candidates(self.path):
             if seq < keep_from:
                 self.io.unlink(p)
         for seq, p in journal.files(self.path):

@@ -30,9 +30,10 @@ VERSION = 4
 # magic, version, reserved, snapshot seq, the number of the record appended before the first,
 # the index id (sarp.json)
 FILE_HEADER = struct.Struct("<8sIIQQQ")
+_HEADER_BEFORE_IDS = struct.Struct("<8sIIQQ")  # the same without the index id
 #: the header of each version read: 3 lacks the index id; 2 also lacks the synced field of
 #: the records (its padding is 0 there)
-HEADERS = {2: struct.Struct("<8sIIQQ"), 3: struct.Struct("<8sIIQQ"), VERSION: FILE_HEADER}
+HEADERS = {2: _HEADER_BEFORE_IDS, 3: _HEADER_BEFORE_IDS, VERSION: FILE_HEADER}
 RECORD_HEADER = struct.Struct("<IIQ")  # payload length, reserved, XXH64 of the payload
 # record seq, next segment id, new blocks, count, the journal bytes / 8 the last good sync
 # covered when the record was appended (saturating)
@@ -214,7 +215,7 @@ def holds_no_record(io: FileIO, path: Path) -> bool:
 def _header(raw: bytes, name: str, seq: int | None, index_id: int | None) -> tuple[int, int]:
     """(R, format version) of the journal file ``raw``, its header checked: it must be
     journal ``seq`` of index ``index_id`` (unless None; 0 in versions before 4)."""
-    if len(raw) < HEADERS[2].size:
+    if len(raw) < _HEADER_BEFORE_IDS.size:
         raise RecoveryError(f"{name}: {len(raw)} bytes is shorter than a journal header")
     magic, version = struct.unpack_from("<8sI", raw)
     if magic != MAGIC or version not in HEADERS:

@@ -32,7 +32,7 @@ def recover(index: Index) -> dict[str, Any]:
                                   journal_records=0, missing_segments=0, torn_tail_bytes=0,
                                   rolled_forward=0, redone_builds=0, faults=[])
     loaded = None
-    for seq, path in reversed(snapshot.FILES.files(root)):  # newest first
+    for seq, path in snapshot.candidates(root):
         index.unusable_snapshots.add(seq)  # unless it loads (below)
         try:
             got = snapshot.load(io, path, index.store.direct_io)

@@ -128,6 +128,6 @@ def load(io: FileIO, path: Path, direct: bool) -> Loaded:
     return Loaded(state, path, len(raw), t1 - t0, time.perf_counter() - t1)
 
 
-def candidates(directory: Path) -> list[Path]:
-    """Snapshot files in ``directory``, newest first."""
-    return [p for _, p in FILES.files(directory)][::-1]
+def candidates(directory: Path) -> list[tuple[int, Path]]:
+    """(seq, path) of the snapshot files in ``directory``, newest first."""
+    return FILES.files(directory)[::-1]

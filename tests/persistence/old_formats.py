@@ -25,7 +25,7 @@ def downgrade(path: Path, journal_version: int = 3) -> None:
     checksum = f"{xxh64(json.dumps(cfg, sort_keys=True).encode()):016x}"
     cfg_file.write_text(json.dumps({"format": 2, "config": cfg, "checksum": checksum},
                                    indent=1, sort_keys=True))
-    for p in snapshot.candidates(path):
+    for _, p in snapshot.candidates(path):
         raw = p.read_bytes()
         body = bytearray(raw[:32] + raw[32 + ID_BYTES:-8])
         struct.pack_into("<II", body, 8, 2, snapshot.HEADERS[2].size)

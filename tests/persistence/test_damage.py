@@ -44,7 +44,7 @@ def assert_all_match(path, n: int) -> dict:
 
 
 def newest_snapshot(path):
-    return snapshot.candidates(path)[0]
+    return snapshot.candidates(path)[0][1]
 
 
 def flip(path, offset: int) -> None:
@@ -95,7 +95,7 @@ def test_after_a_fallback_the_next_snapshot_keeps_a_usable_one(tmp_path):
         assert index.recovery["snapshot"] == snapshot.FILES.name(1)
         insert(index, 12)
         index.snapshot()
-    assert [snapshot.FILES.seq(p) for p in snapshot.candidates(path)] == [3, 2, 1]
+    assert [s for s, _ in snapshot.candidates(path)] == [3, 2, 1]
     assert [seq for seq, _ in journal.files(path)] == [1, 2, 3]
     flip(newest_snapshot(path), 100)  # snapshot 3: recovery goes back to 1 again
     report = assert_all_match(path, 13)
@@ -105,7 +105,7 @@ def test_after_a_fallback_the_next_snapshot_keeps_a_usable_one(tmp_path):
 def test_no_verifiable_state_fails_naming_file_and_fault(tmp_path):
     path = tmp_path / "i"
     build(path, 0, 30, snapshots_at={9, 19})  # journal 0 is gone after the second snapshot
-    for snap in snapshot.candidates(path):
+    for _, snap in snapshot.candidates(path):
         flip(snap, 100)
     with pytest.raises(RecoveryError, match=r"snapshot-0+2\.snap: checksum mismatch"):
         sarp.open(path, backend="wiredtiger")
@@ -497,7 +497,7 @@ def test_a_torn_tail_in_a_journal_that_a_newer_one_follows_is_refused(tmp_path):
     files = journal.files(path)
     assert [seq for seq, _ in files] == [0, 1]
     older_path = files[0][1]
-    for snap in snapshot.candidates(path):  # no snapshot: replay journal 0, then journal 1
+    for _, snap in snapshot.candidates(path):  # no snapshot: replay journal 0, then journal 1
         snap.unlink()
     raw = older_path.read_bytes()
     older_path.write_bytes(raw[:-5])
@@ -667,7 +667,7 @@ def test_a_snapshot_number_a_crash_left_unused_keeps_the_fallback(tmp_path, monk
     assert [s for s, _ in journal.files(path)] == [0, 1, 2]
     with sarp.open(path, backend="wiredtiger", snapshot_on_close=False) as index:
         assert index.snapshot()["seq"] == 3
-    assert [snapshot.FILES.seq(p) for p in snapshot.candidates(path)] == [3, 1]
+    assert [s for s, _ in snapshot.candidates(path)] == [3, 1]
     assert [s for s, _ in journal.files(path)] == [1, 2, 3]
     flip(newest_snapshot(path), 100)
     report = assert_all_match(path, 8)

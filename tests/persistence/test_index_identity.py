@@ -40,7 +40,7 @@ def test_each_new_index_gets_its_own_id_which_its_files_carry(tmp_path):
     assert index_id(a) != index_id(b)
     ident = int(index_id(a), 16)
     assert ident and json.loads((a / "sarp.json").read_text())["format"] == 3
-    assert snapshot.load(FileIO(), snapshot.candidates(a)[0], True).state.index_id == ident
+    assert snapshot.load(FileIO(), snapshot.candidates(a)[0][1], True).state.index_id == ident
     for _, p in journal.files(a):
         assert journal.FILE_HEADER.unpack_from(p.read_bytes())[5] == ident
 
@@ -52,7 +52,7 @@ def test_a_snapshot_of_another_index_is_skipped(tmp_path):
     ours, theirs = tmp_path / "ours", tmp_path / "theirs"
     build(ours, 0, 20, snapshots_at={5, 12})
     build(theirs, 100, 120, snapshots_at={105, 112})
-    foreign = snapshot.candidates(theirs)[0]
+    foreign = snapshot.candidates(theirs)[0][1]
     shutil.copyfile(foreign, ours / foreign.name)
     report = assert_all_match(ours, 20)
     assert report["snapshot"] != foreign.name
@@ -136,7 +136,7 @@ def test_an_index_of_the_formats_before_ids_opens_and_goes_on(tmp_path, journal_
         index.snapshot()
         insert(index, 11)
     assert (path / "sarp.json").read_bytes() == old_json
-    assert snapshot.load(FileIO(), snapshot.candidates(path)[0], True).state.index_id == 0
+    assert snapshot.load(FileIO(), snapshot.candidates(path)[0][1], True).state.index_id == 0
     assert assert_all_match(path, 12)["snapshot"] == snapshot.FILES.name(2)
 
 
@@ -157,7 +157,7 @@ def test_a_snapshot_header_of_version_2_is_read(tmp_path):
     path = tmp_path / "i"
     build(path, 0, 3, snapshots_at={1})
     downgrade(path)
-    raw = snapshot.candidates(path)[0].read_bytes()
+    raw = snapshot.candidates(path)[0][1].read_bytes()
     assert struct.unpack_from("<II", raw, 8) == (2, snapshot.HEADERS[2].size)
     state = snapshot.decode(raw, "s")
     assert state.index_id == 0 and state.seq == 1
@@ -176,7 +176,7 @@ def test_rebuild_gives_an_index_from_before_ids_its_id(tmp_path):
     ident = int(data["index_id"], 16)
     assert ident and all(journal.FILE_HEADER.unpack_from(p.read_bytes())[5] == ident
                          for _, p in journal.files(path))
-    assert assert_all_match(path, 10)["snapshot"] == snapshot.candidates(path)[0].name
+    assert assert_all_match(path, 10)["snapshot"] == snapshot.candidates(path)[0][1].name
     sarp.rebuild(path)  # an index with an id keeps it
     assert index_id(path) == data["index_id"]
 
