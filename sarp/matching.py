@@ -63,19 +63,6 @@ def match(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: n
     ``matcher``.
     """
     m = matcher(cfg, directory, segments, q, max_retrieval, read)
-    n = len(q)
-    pos = 0
-    parts = []
-    tail = None
-    while pos < n:
-        end, seg = m.match(pos)
-        if seg is None or end == pos:
-            break
-        parts.append(seg.metadata[: end - pos])
-        if end < pos + cfg.segment_blocks:
-            tail = (pos, end, seg)
-            pos = end
-            break
-        pos = end
+    pos, parts, tail = m.prefix()
     metadata = np.frombuffer(join_rows(parts), cfg.metadata_dtype)  # a new buffer: no copy
     return MatchResult(pos, pos * cfg.block_size, q[:pos].copy(), metadata, m.stats()), tail

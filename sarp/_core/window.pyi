@@ -36,6 +36,9 @@ class WindowMatcher:
         max_retrieval: int = 3,
         unbounded_at: Callable[[int], bool] | None = None,
     ) -> None: ...
+    def prefix(self) -> tuple[int, list[Any], tuple[int, int, Any] | None]:
+        """(end, metadata parts, tail): the query matched from block 0 while each window
+        matches to its end; ``tail`` is (window, end, segment) where it stopped inside one."""
     def match(
         self, ws: int, known: tuple[int, Any] | None = None, whole: bool = False
     ) -> tuple[int, Any]:

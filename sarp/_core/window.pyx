@@ -156,6 +156,23 @@ cdef class WindowMatcher:
             return -1
         return i
 
+    def prefix(self):
+        """(end, parts, tail): the query matched from block 0 window by window while each
+        window matches to its end (``sarp.matching.match``). ``end``: the blocks matched;
+        ``parts``: each matched window's metadata rows, in order; ``tail``: (window start, end,
+        segment) when the match stopped inside a window on a stored segment, else None."""
+        cdef Py_ssize_t pos = 0, end
+        parts = []
+        while pos < self.n:
+            end, seg = self._match(pos, None, False)
+            if seg is None or end == pos:
+                break
+            parts.append(seg.metadata[:end - pos])
+            if end < pos + self.window_blocks:
+                return end, parts, (pos, end, seg)
+            pos = end
+        return pos, parts, None
+
     def match(self, Py_ssize_t ws, known=None, bint whole=False):
         """(end, segment): the longest verified match in the window starting at block ``ws``;
         ``end`` is its exclusive end (``ws`` when nothing matched), ``segment`` the decoded
@@ -169,6 +186,9 @@ cdef class WindowMatcher:
         ``whole``: read only candidates that may hold the query to the window's end (whose
         potential end reaches it): an insert that writes the window unless it is stored whole
         needs no other (``sarp.insertion``)."""
+        return self._match(ws, known, whole)
+
+    cdef tuple _match(self, Py_ssize_t ws, object known, bint whole):
         if ws < 0 or ws > self.n:
             raise ValueError(f"ws must be in [0, {self.n}], got {ws}")
         cdef Window w
