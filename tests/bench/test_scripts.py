@@ -76,6 +76,22 @@ def test_routing_state_counts_a_small_trace(tmp_path, capsys):
     assert "argument workloads: unknown workload 'bogus'" in capsys.readouterr().err
 
 
+def test_hot_prefix_lists_every_copy_under_the_shared_keys(tmp_path):
+    """Each request's copy of the shared window is listed at its routing points before the
+    divergence, so the longest list holds one reference per request; a row per doubling."""
+    rows = script("hot_prefix").hot_prefix(tmp_path, 40, 100)
+    assert [r["requests"] for r in rows] == [5, 10, 20, 40]
+    assert [r["longest_list"] for r in rows] == [5, 10, 20, 40]
+    assert all(r["match_us"] > 0 and r["insert_us"] > 0 for r in rows)
+
+
+def test_hot_prefix_refuses_bad_values_naming_the_argument(capsys):
+    with pytest.raises(SystemExit) as exc:
+        script("hot_prefix").main(["--requests", "0"])
+    assert exc.value.code == 2
+    assert "argument --requests: '0' is not a positive integer" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("option, value, says", [
     ("--records", "-5", "'-5' is not a positive integer"),
     ("--sizes", "0", "'0' is not a positive integer"),
