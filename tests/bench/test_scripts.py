@@ -69,6 +69,7 @@ def test_routing_state_counts_a_small_trace(tmp_path, capsys):
     assert counters["requests"] == 6 and counters["unique_blocks"] == 9
     assert counters["query_windows"] >= 5 and counters["segment_retrievals"] >= 5
     assert counters["live_refs"] <= counters["arena_refs_used"]
+    assert 1 <= counters["longest_list"] <= counters["live_refs"]
     assert counters["routing_bytes"] > 0 and counters["segments"] >= 1
     with pytest.raises(SystemExit) as exc:
         script("routing_state").main(["bogus"])
