@@ -6,7 +6,7 @@ Prints the mean match and insert time over each stretch of requests, and the lon
 list (memory store, durability ``group`` as in ``sarp-bench``, so that no insert waits for a
 journal sync; other settings the defaults).
 
-    python bench/hot_prefix.py --requests 16000
+    python bench/hot_prefix.py --requests 32000
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import numpy as np
 
 import sarp
 from sarp.bench.cli import arg_type, positive_count
+from sarp.config import Config
 
 
 def hot_prefix(work: Path, requests: int, prefix_blocks: int, seed: int = 0
@@ -59,9 +60,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--requests", type=arg_type(positive_count), default=16000,
                     help="sequences (default 16000)")
     ap.add_argument("--prefix-blocks", type=arg_type(positive_count), default=100,
-                    help="shared blocks before the divergence (default 100: 36 blocks into "
-                         "the second window)")
+                    help="shared blocks before the divergence, not a multiple of the segment "
+                         "size (default 100: 36 blocks into the second window)")
     args = ap.parse_args(argv)
+    window = Config().segment_blocks
+    if args.prefix_blocks % window == 0:
+        ap.error(f"argument --prefix-blocks: {args.prefix_blocks} ends on a window boundary "
+                 f"(a multiple of {window}), where no request copies a shared window")
     with tempfile.TemporaryDirectory() as tmp:
         for row in hot_prefix(Path(tmp), args.requests, args.prefix_blocks):
             print(f"after {row['requests']:>8,} requests: match {row['match_us']:8.1f} us, "

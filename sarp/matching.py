@@ -1,6 +1,6 @@
-"""The matching path (paper 4.1; docs/design.md section 3): the window-by-window driver.
+"""The matching path (paper 4.1; docs/design.md section 3): a query matched window by window.
 
-Each window runs in compiled code (``sarp._core.window.WindowMatcher``): approximate routing,
+The windows run in compiled code (``sarp._core.window.WindowMatcher``): approximate routing,
 pre-retrieval filtering, retrieval and post-retrieval verification, calling back into Python
 only to read a segment from the store. Candidates are retrieved level by level (matched filter
 fields, descending) and newest segment first within a level; retrieval stops once the verified

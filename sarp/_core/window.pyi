@@ -38,7 +38,7 @@ class WindowMatcher:
     ) -> None: ...
     def prefix(self) -> tuple[int, list[Any], tuple[int, int, Any] | None]:
         """(end, metadata parts, tail): the query matched from block 0 while each window
-        matches to its end; ``tail`` is (window, end, segment) where it stopped inside one."""
+        matches to its end; ``tail`` is (window start, end, segment) where it stopped inside one."""
     def match(
         self, ws: int, known: tuple[int, Any] | None = None, whole: bool = False
     ) -> tuple[int, Any]:

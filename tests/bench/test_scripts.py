@@ -86,11 +86,16 @@ def test_hot_prefix_lists_every_copy_under_the_shared_keys(tmp_path):
     assert all(r["match_us"] > 0 and r["insert_us"] > 0 for r in rows)
 
 
-def test_hot_prefix_refuses_bad_values_naming_the_argument(capsys):
+@pytest.mark.parametrize("args, says", [
+    (["--requests", "0"], "argument --requests: '0' is not a positive integer"),
+    (["--prefix-blocks", "-1"], "argument --prefix-blocks: '-1' is not a positive integer"),
+    (["--prefix-blocks", "128"], "argument --prefix-blocks: 128 ends on a window boundary"),
+])
+def test_hot_prefix_refuses_bad_values_naming_the_argument(capsys, args, says):
     with pytest.raises(SystemExit) as exc:
-        script("hot_prefix").main(["--requests", "0"])
+        script("hot_prefix").main(args)
     assert exc.value.code == 2
-    assert "argument --requests: '0' is not a positive integer" in capsys.readouterr().err
+    assert says in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("option, value, says", [

@@ -115,10 +115,10 @@ def test_window_matcher_matches_reference(scene, max_retrieval, filtering, with_
     assert [getattr(m, k) for k in COUNTERS] == list(total.values())
 
 
-
 @settings(max_examples=200)
-@given(scenes(), st.integers(0, 4))
-def test_prefix_matches_window_by_window_while_windows_match_whole(scene, max_retrieval):
+@given(scenes(), st.integers(0, 4), st.booleans())
+def test_prefix_matches_window_by_window_while_windows_match_whole(scene, max_retrieval,
+                                                                   filtering):
     """``prefix`` is the reference's window-by-window match from block 0: on while a window
     matches to its end, with each matched window's metadata rows and where it stopped."""
     q, window, offsets = scene["q"], scene["window"], scene["offsets"]
@@ -127,12 +127,14 @@ def test_prefix_matches_window_by_window_while_windows_match_whole(scene, max_re
                         s.block_ids.view(np.uint8).reshape(-1, 8))
               for sid, s in scene["stored"].items()}
     m = WindowMatcher(table, stored.get, np.array(q, np.uint64), window, offsets,
-                      n_fields=n_fields, bits=bits, stride=stride, max_retrieval=max_retrieval)
+                      n_fields=n_fields, bits=bits, stride=stride, filtering=filtering,
+                      max_retrieval=max_retrieval)
     end, parts, tail = m.prefix()
     pos, want_parts, want_tail, total = 0, [], None, dict.fromkeys(COUNTERS, 0)
     while pos < len(q):
         got, seg, counts = ref.match_window(table.probe, table.refs, stored.get, q, pos, window,
-                                            offsets, n_fields, bits, stride, True, max_retrieval)
+                                            offsets, n_fields, bits, stride, filtering,
+                                            max_retrieval)
         for k, v in counts.items():
             total[k] += v
         if seg is None or got == pos:
@@ -145,6 +147,7 @@ def test_prefix_matches_window_by_window_while_windows_match_whole(scene, max_re
     assert (end, tail) == (pos, want_tail)
     assert [p.tobytes() for p in parts] == want_parts
     assert m.stats() == total
+
 
 def test_newest_full_field_candidate_is_read_first():
     q = list(range(10, 18))
