@@ -17,6 +17,14 @@ def script(name: str):
     return module
 
 
+def refusal(capsys, name: str, args: list[str]) -> str:
+    """What ``bench/NAME.py`` printed on stderr when it refused ``args`` (exit status 2)."""
+    with pytest.raises(SystemExit) as exc:
+        script(name).main(args)
+    assert exc.value.code == 2
+    return capsys.readouterr().err
+
+
 def test_lagging_worker_help_shows_the_whole_first_sentence(capsys):
     with pytest.raises(SystemExit) as exc:
         script("lagging_worker").main(["--help"])
@@ -26,10 +34,7 @@ def test_lagging_worker_help_shows_the_whole_first_sentence(capsys):
 
 
 def test_lagging_worker_names_an_unknown_workload_and_the_choices(capsys):
-    with pytest.raises(SystemExit) as exc:
-        script("lagging_worker").main(["bogus"])
-    assert exc.value.code == 2
-    err = capsys.readouterr().err
+    err = refusal(capsys, "lagging_worker", ["bogus"])
     assert "argument workloads: unknown workload 'bogus' (choose from synthetic/" in err
     assert "check_workload" not in err
 
@@ -40,10 +45,7 @@ def test_lagging_worker_names_an_unknown_workload_and_the_choices(capsys):
     (["trace/magagent", "--repeat", "0"], "argument --repeat: '0' is not a positive integer"),
 ])
 def test_worker_thread_refuses_bad_values_naming_the_argument(capsys, args, says):
-    with pytest.raises(SystemExit) as exc:
-        script("worker_thread").main(args)
-    assert exc.value.code == 2
-    assert says in capsys.readouterr().err
+    assert says in refusal(capsys, "worker_thread", args)
 
 
 def test_worker_thread_compares_both_modes_on_a_small_trace(tmp_path, capsys):
@@ -71,10 +73,8 @@ def test_routing_state_counts_a_small_trace(tmp_path, capsys):
     assert counters["live_refs"] <= counters["arena_refs_used"]
     assert 1 <= counters["longest_list"] <= counters["live_refs"]
     assert counters["routing_bytes"] > 0 and counters["segments"] >= 1
-    with pytest.raises(SystemExit) as exc:
-        script("routing_state").main(["bogus"])
-    assert exc.value.code == 2
-    assert "argument workloads: unknown workload 'bogus'" in capsys.readouterr().err
+    err = refusal(capsys, "routing_state", ["bogus"])
+    assert "argument workloads: unknown workload 'bogus'" in err
 
 
 def test_hot_prefix_lists_every_copy_under_the_shared_keys(tmp_path):
@@ -92,10 +92,7 @@ def test_hot_prefix_lists_every_copy_under_the_shared_keys(tmp_path):
     (["--prefix-blocks", "128"], "argument --prefix-blocks: 128 ends on a window boundary"),
 ])
 def test_hot_prefix_refuses_bad_values_naming_the_argument(capsys, args, says):
-    with pytest.raises(SystemExit) as exc:
-        script("hot_prefix").main(args)
-    assert exc.value.code == 2
-    assert says in capsys.readouterr().err
+    assert says in refusal(capsys, "hot_prefix", args)
 
 
 @pytest.mark.parametrize("option, value, says", [
@@ -109,10 +106,8 @@ def test_hot_prefix_refuses_bad_values_naming_the_argument(capsys, args, says):
 ])
 def test_backends_benchmark_refuses_bad_values_naming_the_option(option, value, says, tmp_path,
                                                                   capsys):
-    with pytest.raises(SystemExit) as exc:
-        script("backends").main([option, value, "--out", str(tmp_path)])
-    assert exc.value.code == 2
-    assert f"argument {option}: {says}" in capsys.readouterr().err
+    err = refusal(capsys, "backends", [option, value, "--out", str(tmp_path)])
+    assert f"argument {option}: {says}" in err
     assert not any(tmp_path.iterdir())  # refused before any work
 
 
@@ -124,19 +119,13 @@ def test_backends_benchmark_refuses_bad_values_naming_the_option(option, value, 
     ("--design", "bogus", "invalid choice: 'bogus'"),
 ])
 def test_threads_profile_refuses_bad_values_naming_the_option(capsys, option, value, says):
-    with pytest.raises(SystemExit) as exc:
-        script("threads_profile").main([option, value, "--out", "unused"])
-    assert exc.value.code == 2
-    err = capsys.readouterr().err
+    err = refusal(capsys, "threads_profile", [option, value, "--out", "unused"])
     assert f"argument {option}: " in err and says in err
 
 
 def test_backends_benchmark_refuses_an_out_that_is_a_file(tmp_path, capsys):
     (tmp_path / "f").write_text("x")
-    with pytest.raises(SystemExit) as exc:
-        script("backends").main(["--out", str(tmp_path / "f")])
-    assert exc.value.code == 2
-    assert "argument --out: " in capsys.readouterr().err
+    assert "argument --out: " in refusal(capsys, "backends", ["--out", str(tmp_path / "f")])
 
 
 @pytest.mark.parametrize("args, says", [
@@ -146,10 +135,7 @@ def test_backends_benchmark_refuses_an_out_that_is_a_file(tmp_path, capsys):
     (["--backends", "floppy"], "argument --backends: unknown backend 'floppy'"),
 ])
 def test_repeat_stability_refuses_bad_values_naming_the_argument(capsys, args, says):
-    with pytest.raises(SystemExit) as exc:
-        script("repeat_stability").main(args)
-    assert exc.value.code == 2
-    assert says in capsys.readouterr().err
+    assert says in refusal(capsys, "repeat_stability", args)
 
 
 def test_repeat_stability_prints_each_runs_ratio_and_the_spread(capsys):
