@@ -23,32 +23,36 @@ import sarp
 from sarp.bench.cli import arg_type, positive_count
 from sarp.config import Config
 
+#: the blocks of each request after the shared prefix
+OWN_BLOCKS = 28
+
 
 def hot_prefix(work: Path, requests: int, prefix_blocks: int, seed: int = 0
                ) -> list[dict[str, float]]:
-    """Match, then insert, ``requests`` sequences of ``prefix_blocks`` shared blocks and 28 of
-    their own; one row per doubling of the requests done (the last row at ``requests``)."""
+    """Match, then insert, ``requests`` sequences of ``prefix_blocks`` shared blocks and
+    ``OWN_BLOCKS`` of their own; one row per doubling of the requests done (the last row at
+    ``requests``)."""
     rng = np.random.default_rng(seed)
     prefix = rng.integers(1, 2**62, prefix_blocks, dtype=np.uint64)
     rows = []
     with sarp.open(work / "sarp", backend="memory", durability="group") as index:
-        meta = np.zeros(prefix_blocks + 28, index.config.metadata_dtype)
+        meta = np.zeros(prefix_blocks + OWN_BLOCKS, index.config.metadata_dtype)
         done, stop = 0, max(1, requests // 8)
         while done < requests:
             stop = min(stop, requests)
             match_s = insert_s = 0.0
             for _ in range(stop - done):
-                q = np.concatenate((prefix, rng.integers(1, 2**62, 28, dtype=np.uint64)))
+                own = rng.integers(1, 2**62, OWN_BLOCKS, dtype=np.uint64)
+                q = np.concatenate((prefix, own))
                 t0 = time.perf_counter()
                 index.match(block_ids=q[:prefix_blocks + 10])
                 t1 = time.perf_counter()
                 index.insert(block_ids=q, metadata=meta)
                 insert_s += time.perf_counter() - t1
                 match_s += t1 - t0
-            lists = index.directory.table.export()[2]
             rows.append({"requests": stop, "match_us": match_s / (stop - done) * 1e6,
                          "insert_us": insert_s / (stop - done) * 1e6,
-                         "longest_list": int(lists.max()),
+                         "longest_list": index.directory.table.longest_list(),
                          "routing_bytes": index.directory.table.nbytes()})
             done, stop = stop, 2 * stop
     return rows

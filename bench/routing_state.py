@@ -30,7 +30,7 @@ def routing_state(name: str, work: Path) -> dict[str, float]:
             "segments": st["segments"], "blocks_written": st["blocks_written"],
             "routing_bytes": table.nbytes(), "routing_entries": table.n_entries,
             "table_slots": len(table.table_slots()), "arena_refs_used": table.arena_used,
-            "live_refs": table.live_refs, "longest_list": int(table.export()[2].max(initial=0)),
+            "live_refs": table.live_refs, "longest_list": table.longest_list(),
             "routing_bytes_per_block": table.nbytes() / p.unique_blocks,
         }
 

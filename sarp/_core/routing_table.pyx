@@ -151,6 +151,15 @@ cdef class RoutingTable:
         self._check_entry(entry)
         return self.g.er[entry] & LEN_MASK
 
+    def longest_list(self) -> int:
+        """The length of the longest posting list (0 with no entry), for statistics."""
+        cdef int64_t[::1] er = self.g.er
+        cdef Py_ssize_t e
+        cdef int64_t n = 0
+        for e in range(self.n_entries):
+            n = max(n, er[e] & LEN_MASK)
+        return n
+
     def key_of(self, Py_ssize_t entry) -> int:
         self._check_entry(entry)
         return self.g.ek[entry]

@@ -507,6 +507,18 @@ def test_restored_table_adopts_the_arena_and_copies_it_before_writing():
             if k != 5] == [t.refs(t.probe(k * 7919))[0].tolist() for k in range(1, 200) if k != 5]
 
 
+
+def test_longest_list_is_the_longest_exported_list_also_after_a_restore():
+    t = rt.RoutingTable()
+    assert t.longest_list() == 0
+    for k in range(1, 50):
+        e = t.add_entry(k * 7919, rt.VISIBLE)
+        for s in range(k % 7 + 1):
+            t.add_member(e, 1000 * k + s, s)
+    arrays = t.export()
+    assert t.longest_list() == arrays[2].max() == 7
+    assert rt.RoutingTable.from_arrays(*arrays).longest_list() == 7
+
 def test_restore_refuses_lists_that_disagree_with_their_lengths():
     t = rt.RoutingTable()
     for k in range(1, 20):
