@@ -8,6 +8,8 @@ REFINED: int
 REMAT: int
 
 EMPTY_SLOT: int
+#: main-run length from which a list keeps its latest additions in a delta run
+DELTA_MIN: int
 
 class RoutingTable:
     """Routing entries K(p) -> posting list. Writers must be serialized by the caller.
@@ -27,7 +29,8 @@ class RoutingTable:
     def probe(self, key: int) -> int:
         """Entry id of ``key`` if it is visible to queries, else -1."""
     def refs(self, entry: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
-        """(segment ids, filters) of ``entry``: read-only views of one complete list."""
+        """(segment ids, filters) of ``entry``: read-only arrays of one complete list (views
+        of the arena, or the two runs of a long list merged)."""
     def list_len(self, entry: int) -> int: ...
     def longest_list(self) -> int:
         """The length of the longest posting list (0 with no entry)."""

@@ -5,11 +5,22 @@ Lists are copy-on-write: a new version of a list is written past the arena's end
 published by one 64-bit store of (offset, length). A reader therefore sees the old or the new
 complete list, never a partial one. Growing or compacting the arrays builds a new generation
 and swaps one reference, so a reader that captured the old generation keeps a consistent view.
+
+A long list (DELTA_MIN references or more) is kept as two sorted runs: the main run, and a
+delta run of the latest additions, at most about the square root of the main run's length.
+An addition rewrites only the delta run; when it is full, both runs are merged into a new main
+run. So adding to a list of n references copies O(sqrt(n)) of them, not n: an index where many
+sequences share a prefix (one system prompt, many sessions) lists every copy of it under the
+same keys (docs/architecture.md). A reader gets the two runs merged (``refs``): the same list,
+in the same order, as one run would hold. Readers and writers hold the GIL while they read or
+publish a list's two runs (a writer may release it only while growing the arena, before it
+writes the new run), so a reader never sees one run of a version with the other of another.
 """
 
 import numpy as np
 
 cimport numpy as cnp
+from libc.math cimport sqrt
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 
 cnp.import_array()
@@ -35,6 +46,59 @@ cdef int LEN_BITS = 24
 cdef int64_t LEN_MASK = (1 << 24) - 1
 cdef int64_t MAX_LIST = (1 << 24) - 1
 cdef Py_ssize_t MAX_ENTRIES = 0xFFFFFFFE  # entry ids are 32-bit; EMPTY marks a free slot
+# The main-run length from which a list takes its additions in a delta run (shorter lists
+# are rewritten whole: their copy costs less than the merge each read of them would do).
+cdef Py_ssize_t DELTA_MIN_REFS = 256
+DELTA_MIN = DELTA_MIN_REFS
+
+
+cdef inline Py_ssize_t delta_room(Py_ssize_t n_main) noexcept nogil:
+    """The most references the delta run of a list with a main run of ``n_main`` holds."""
+    if n_main < DELTA_MIN_REFS:
+        return 0
+    return <Py_ssize_t>sqrt(<double>n_main)
+
+
+cdef inline uint64_t* base(uint64_t[::1] a) noexcept nogil:
+    return &a[0] if a.shape[0] else NULL
+
+
+cdef inline int64_t packed(Py_ssize_t off, Py_ssize_t n) noexcept nogil:
+    return (<int64_t>off << LEN_BITS) | n
+
+
+cdef Py_ssize_t merge_runs(const uint64_t* s1, const uint64_t* f1, Py_ssize_t n1,
+                           Py_ssize_t drop1, const uint64_t* s2, const uint64_t* f2,
+                           Py_ssize_t n2, Py_ssize_t drop2, bint extra, uint64_t seg,
+                           uint64_t filt, uint64_t* out_s, uint64_t* out_f) noexcept nogil:
+    """Write runs 1 and 2 (each sorted by filter, without its position ``drop1``/``drop2``;
+    -1: none) merged by filter, run 1 first among equal filters, and with ``extra``, (seg,
+    filt) after every filter <= ``filt``; return the count written."""
+    cdef Py_ssize_t i = 0, j = 0, o = 0
+    cdef uint64_t s, f
+    while i < n1 or j < n2:
+        if i == drop1:
+            i += 1
+            continue
+        if j == drop2:
+            j += 1
+            continue
+        if j >= n2 or (i < n1 and f1[i] <= f2[j]):
+            s, f = s1[i], f1[i]
+            i += 1
+        else:
+            s, f = s2[j], f2[j]
+            j += 1
+        if extra and f > filt:
+            out_s[o], out_f[o] = seg, filt
+            o += 1
+            extra = False
+        out_s[o], out_f[o] = s, f
+        o += 1
+    if extra:
+        out_s[o], out_f[o] = seg, filt
+        o += 1
+    return o
 
 
 cdef inline uint64_t _mix(uint64_t k) nogil:
@@ -48,17 +112,21 @@ cdef class _Generation:
     """One consistent set of arrays. Readers capture it once per operation.
 
     The hash table holds only entry ids (``slots``, 4 bytes each): a probe compares the key
-    through ``entry_key[slot]``, so keys are stored once."""
+    through ``entry_key[slot]``, so keys are stored once. ``entry_ref`` holds each list's
+    main run; ``deltas`` the delta runs of the few long lists that have one, by entry."""
     cdef public object slots, entry_key, entry_ref, entry_flags, ref_seg, ref_filter
+    cdef public dict deltas
     cdef uint32_t[::1] s
     cdef uint64_t[::1] ek
     cdef int64_t[::1] er
     cdef uint8_t[::1] ef
 
-    def __init__(self, slots, entry_key, entry_ref, entry_flags, ref_seg, ref_filter):
+    def __init__(self, slots, entry_key, entry_ref, entry_flags, ref_seg, ref_filter,
+                 dict deltas):
         self.slots = slots
         self.entry_key, self.entry_ref, self.entry_flags = entry_key, entry_ref, entry_flags
         self.ref_seg, self.ref_filter = ref_seg, ref_filter
+        self.deltas = deltas
         self.s = slots
         self.ek, self.er, self.ef = entry_key, entry_ref, entry_flags
 
@@ -76,6 +144,11 @@ cdef class RoutingTable:
     cdef public Py_ssize_t live_refs
     cdef public Py_ssize_t refs_skipped
     cdef Py_ssize_t _max_list
+    # Every listed segment id is at most _top_seg, once _top_known (a restored table finds it
+    # when a walk first needs it): a new segment, whose id is above every earlier one's, is
+    # then known to be on no list, and its walk joins long lists without scanning them.
+    cdef uint64_t _top_seg
+    cdef bint _top_known
 
     def __init__(self, Py_ssize_t capacity=64):
         cdef Py_ssize_t cap = 16
@@ -85,12 +158,14 @@ cdef class RoutingTable:
         self.g = _Generation(
             np.full(cap, EMPTY, np.uint32),
             np.zeros(n, np.uint64), np.zeros(n, np.int64), np.zeros(n, np.uint8),
-            np.zeros(4 * n, np.uint64), np.zeros(4 * n, np.uint64))
+            np.zeros(4 * n, np.uint64), np.zeros(4 * n, np.uint64), {})
         self.n_entries = 0
         self.arena_used = 0
         self.live_refs = 0
         self.refs_skipped = 0
         self._max_list = MAX_LIST
+        self._top_seg = 0
+        self._top_known = True
 
     @property
     def max_list(self) -> int:
@@ -134,30 +209,48 @@ cdef class RoutingTable:
             raise IndexError(f"entry {entry} is not in a table of {self.n_entries} entries")
         return 0
 
+    cdef inline int64_t _delta(self, _Generation g, Py_ssize_t entry):
+        """The packed (offset, length) of ``entry``'s delta run; 0 (empty) without one."""
+        if not g.deltas:
+            return 0
+        return g.deltas.get(entry, 0)
+
+    cdef inline Py_ssize_t _len(self, _Generation g, Py_ssize_t entry):
+        return (g.er[entry] & LEN_MASK) + (self._delta(g, entry) & LEN_MASK)
+
     def refs(self, Py_ssize_t entry):
-        """(segment ids, filters) of ``entry``: read-only views of one complete list."""
+        """(segment ids, filters) of ``entry``: read-only arrays of one complete list (views
+        of the arena, or the two runs of a long list merged)."""
         self._check_entry(entry)
         cdef _Generation g = self.g
-        cdef int64_t packed = g.er[entry]
-        cdef Py_ssize_t off = packed >> LEN_BITS
-        cdef Py_ssize_t n = packed & LEN_MASK
-        segs = g.ref_seg[off:off + n]
-        filters = g.ref_filter[off:off + n]
+        cdef int64_t main = g.er[entry], delta = self._delta(g, entry)
+        cdef Py_ssize_t off = main >> LEN_BITS, n = main & LEN_MASK
+        cdef Py_ssize_t doff = delta >> LEN_BITS, d = delta & LEN_MASK
+        cdef uint64_t* rs
+        cdef uint64_t* rf
+        if d == 0:
+            segs = g.ref_seg[off:off + n]
+            filters = g.ref_filter[off:off + n]
+        else:
+            segs, filters = np.empty(n + d, np.uint64), np.empty(n + d, np.uint64)
+            rs, rf = base(g.ref_seg), base(g.ref_filter)
+            merge_runs(rs + off, rf + off, n, -1, rs + doff, rf + doff, d, -1, False, 0, 0,
+                       base(segs), base(filters))
         segs.flags.writeable = False
         filters.flags.writeable = False
         return segs, filters
 
     def list_len(self, Py_ssize_t entry) -> int:
         self._check_entry(entry)
-        return self.g.er[entry] & LEN_MASK
+        return self._len(self.g, entry)
 
     def longest_list(self) -> int:
         """The length of the longest posting list (0 with no entry), for statistics."""
-        cdef int64_t[::1] er = self.g.er
+        cdef _Generation g = self.g
         cdef Py_ssize_t e
         cdef int64_t n = 0
         for e in range(self.n_entries):
-            n = max(n, er[e] & LEN_MASK)
+            n = max(n, self._len(g, e))
         return n
 
     def key_of(self, Py_ssize_t entry) -> int:
@@ -220,7 +313,7 @@ cdef class RoutingTable:
             raise ValueError("segs and filters must have the same length")
         if n > MAX_LIST:
             raise ValueError(f"posting list of {n} references exceeds the limit {MAX_LIST}")
-        cdef Py_ssize_t old = self.g.er[entry] & LEN_MASK
+        cdef Py_ssize_t old = self._len(self.g, entry)
         if self.arena_used + n > self.g.ref_seg.shape[0]:
             self._grow_arena(n)
         cdef _Generation g = self.g
@@ -231,8 +324,11 @@ cdef class RoutingTable:
             rs[off + i] = sv[i]
             rf[off + i] = fv[i]
         self.arena_used = off + n
-        g.er[entry] = (<int64_t>off << LEN_BITS) | n
+        g.er[entry] = packed(off, n)
+        g.deltas.pop(entry, None)
         self.live_refs += n - old
+        for i in range(n):
+            self._listed(sv[i])
 
     def update_member(self, Py_ssize_t entry, uint64_t seg, uint64_t filt) -> bool:
         """If ``seg`` is on ``entry``'s list: give it filter ``filt`` (publishing a re-sorted
@@ -240,24 +336,41 @@ cdef class RoutingTable:
         self._check_entry(entry)
         return self._update(entry, seg, filt)
 
+    cdef inline void _listed(self, uint64_t seg) noexcept:
+        if seg > self._top_seg:
+            self._top_seg = seg
+
+    cdef bint _fresh(self, uint64_t seg) except -1:
+        """Whether ``seg`` is above every listed segment id, so on no list."""
+        if not self._top_known:
+            # the arena's used part holds every listed id (and superseded ones: still a bound)
+            self._top_seg = self.g.ref_seg[:self.arena_used].max() if self.arena_used else 0
+            self._top_known = True
+        return seg > self._top_seg
+
     cdef int _update(self, Py_ssize_t entry, uint64_t seg, uint64_t filt) except -1:
         cdef _Generation g = self.g
-        cdef int64_t packed = g.er[entry]
-        cdef Py_ssize_t off = packed >> LEN_BITS
-        cdef Py_ssize_t n = packed & LEN_MASK, i
+        cdef int64_t main = g.er[entry], delta = self._delta(g, entry)
+        cdef Py_ssize_t off = main >> LEN_BITS, n = main & LEN_MASK
+        cdef Py_ssize_t doff = delta >> LEN_BITS, d = delta & LEN_MASK, i
         cdef uint64_t[::1] rs = g.ref_seg
         cdef uint64_t[::1] rf = g.ref_filter
+        for i in range(d):  # the latest additions first: an extension re-places a recent one
+            if rs[doff + i] == seg:
+                if rf[doff + i] != filt:
+                    self._rewrite(entry, -1, i, seg, filt)
+                return 1
         for i in range(n):
             if rs[off + i] == seg:
                 if rf[off + i] != filt:
-                    self._rewrite(entry, i, seg, filt)
+                    self._rewrite(entry, i, -1, seg, filt)
                 return 1
         return 0
 
     def add_member(self, Py_ssize_t entry, uint64_t seg, uint64_t filt):
         """Publish ``entry``'s list with (seg, filt) inserted after the filters <= ``filt``."""
         self._check_entry(entry)
-        self._rewrite(entry, -1, seg, filt)
+        self._rewrite(entry, -1, -1, seg, filt)
 
     def walk(self, const uint64_t[::1] ids not None, const int64_t[::1] offsets not None,
              const int64_t[::1] parents not None, const uint8_t[::1] refinable not None,
@@ -303,6 +416,7 @@ cdef class RoutingTable:
                                  f"is not a block of the {ids.shape[0]} given")
         if i < 0 or not -1 <= prev < self.n_entries or not -1 <= root < self.n_entries:
             raise ValueError(f"point {i}, previous entry {prev} or root {root} out of range")
+        cdef bint fresh = self._fresh(seg)  # until the walk returns: it lists seg as it goes
         while i < n:
             g = self.g
             if prev >= 0 and prev != root and g.ef[prev] & F_REMAT:
@@ -314,7 +428,7 @@ cdef class RoutingTable:
                     i += 1
                     continue
             e = self._find(g, ids[offsets[i]])
-            if e >= 0 and self._update(e, seg, filters[i]):
+            if e >= 0 and not fresh and self._update(e, seg, filters[i]):
                 prev = e
                 i += 1
                 continue
@@ -323,7 +437,7 @@ cdef class RoutingTable:
                 # Pruning and a queued rematerialization only keep the walk from creating an
                 # entry: an existing one must list every segment with its key, since a match
                 # routes through the deepest entry it finds.
-                if prev >= 0 and pruning and (g.er[prev] & LEN_MASK) <= threshold:
+                if prev >= 0 and pruning and self._len(g, prev) <= threshold:
                     g.ef[prev] |= F_PRUNED
                     i += 1
                     continue
@@ -333,11 +447,11 @@ cdef class RoutingTable:
                 if not outside_build or (parent >= 0 and g.ef[parent] & F_REFINING):
                     return i, prev, -1, parent, blocked
                 e = self.add_entry(ids[offsets[i]], 0)
-            self._rewrite(e, -1, seg, filters[i])  # may grow the arena, releasing the GIL
+            self._rewrite(e, -1, -1, seg, filters[i])  # may grow the arena, releasing the GIL
             g = self.g
             if created:  # visible once its list holds the segment: until then a match
                 g.ef[e] |= F_VISIBLE  # routes through the entry above it
-            m = g.er[e] & LEN_MASK
+            m = self._len(g, e)
             fl = g.ef[e]
             if ((refinable[i] and refinement and m > tau and not fl & (F_REFINED | F_REFINING))
                     or (pruning and fl & F_PRUNED and m > threshold)):
@@ -346,42 +460,42 @@ cdef class RoutingTable:
             i += 1
         return n, prev, -1, -1, blocked
 
-    cdef int _rewrite(self, Py_ssize_t entry, Py_ssize_t drop, uint64_t seg,
-                      uint64_t filt) except -1:
-        """Copy-on-write: write ``entry``'s list without position ``drop`` (-1: none) and with
-        (seg, filt) at the upper bound of ``filt`` past the arena's end, then publish it; an
-        addition to a full list is skipped (the class docstring)."""
-        cdef Py_ssize_t n = self.g.er[entry] & LEN_MASK
-        cdef Py_ssize_t m = n if drop >= 0 else n + 1
-        if drop < 0 and m > self._max_list:  # a full list: the segment is not listed here
-            self.refs_skipped += 1
+    cdef int _rewrite(self, Py_ssize_t entry, Py_ssize_t drop_main, Py_ssize_t drop_delta,
+                      uint64_t seg, uint64_t filt) except -1:
+        """Copy-on-write: publish ``entry``'s list without position ``drop_main`` of its main
+        run and ``drop_delta`` of its delta run (-1: none), and with (seg, filt) after the
+        filters <= ``filt``. The new version is written past the arena's end: the delta run
+        alone while the main run is kept and the delta has room (``delta_room``), else both
+        runs merged into a new main run. An addition to a full list is skipped (the class
+        docstring)."""
+        cdef _Generation g = self.g
+        cdef Py_ssize_t n = g.er[entry] & LEN_MASK, d = self._delta(g, entry) & LEN_MASK
+        cdef Py_ssize_t d_new = d - (drop_delta >= 0) + 1
+        cdef bint to_delta = drop_main < 0 and d_new <= delta_room(n)
+        cdef Py_ssize_t m = d_new if to_delta else n - (drop_main >= 0) + d_new
+        if drop_main < 0 and drop_delta < 0 and n + d + 1 > self._max_list:
+            self.refs_skipped += 1  # a full list: the segment is not listed here
             return 0
-        if self.arena_used + m > self.g.ref_seg.shape[0]:
+        if self.arena_used + m > g.ref_seg.shape[0]:
             self._grow_arena(m)
-        cdef _Generation g = self.g  # growth may have moved the list
-        cdef int64_t packed = g.er[entry]
-        cdef Py_ssize_t off = packed >> LEN_BITS
-        cdef Py_ssize_t dst = self.arena_used, j = dst, i
-        cdef uint64_t[::1] rs = g.ref_seg
-        cdef uint64_t[::1] rf = g.ref_filter
-        cdef bint placed = False
-        for i in range(n):
-            if i == drop:
-                continue
-            if not placed and rf[off + i] > filt:
-                rs[j] = seg
-                rf[j] = filt
-                j += 1
-                placed = True
-            rs[j] = rs[off + i]
-            rf[j] = rf[off + i]
-            j += 1
-        if not placed:
-            rs[j] = seg
-            rf[j] = filt
+            g = self.g  # growth may have moved the runs (keeping their order and lengths)
+        cdef int64_t main = g.er[entry], delta = self._delta(g, entry)
+        cdef Py_ssize_t off = main >> LEN_BITS, doff = delta >> LEN_BITS, dst = self.arena_used
+        cdef uint64_t* rs = base(g.ref_seg)
+        cdef uint64_t* rf = base(g.ref_filter)
+        if to_delta:
+            merge_runs(NULL, NULL, 0, -1, rs + doff, rf + doff, d, drop_delta, True, seg, filt,
+                       rs + dst, rf + dst)
+            g.deltas[entry] = packed(dst, m)
+        else:
+            merge_runs(rs + off, rf + off, n, drop_main, rs + doff, rf + doff, d, drop_delta,
+                       True, seg, filt, rs + dst, rf + dst)
+            g.er[entry] = packed(dst, m)
+            if d:
+                del g.deltas[entry]
         self.arena_used = dst + m
-        g.er[entry] = (<int64_t>dst << LEN_BITS) | m
-        self.live_refs += m - n
+        self.live_refs += self._len(g, entry) - n - d
+        self._listed(seg)
         return 0
 
     # -- growth and compaction: build a new generation, then swap it in ------------------------
@@ -401,7 +515,7 @@ cdef class RoutingTable:
         while 7 * cap < 10 * (m + 1):
             cap *= 2
         slots = _build_table(ek[:m], cap) if cap != g.slots.shape[0] else g.slots.copy()
-        self.g = _Generation(slots, ek, er, ef, g.ref_seg, g.ref_filter)
+        self.g = _Generation(slots, ek, er, ef, g.ref_seg, g.ref_filter, g.deltas)
 
     def _grow_arena(self, Py_ssize_t need):
         g = self.g
@@ -413,10 +527,11 @@ cdef class RoutingTable:
         rf = np.zeros(size, np.uint64)
         rs[:self.arena_used] = g.ref_seg[:self.arena_used]
         rf[:self.arena_used] = g.ref_filter[:self.arena_used]
-        self.g = _Generation(g.slots, g.entry_key, g.entry_ref, g.entry_flags, rs, rf)
+        self.g = _Generation(g.slots, g.entry_key, g.entry_ref, g.entry_flags, rs, rf, g.deltas)
 
     def _compact(self, Py_ssize_t need):
-        """Drop superseded list versions: copy live lists into fresh arrays."""
+        """Drop superseded list versions: copy the live runs into fresh arrays, each run as it
+        is (a caller may hold a position in one)."""
         g = self.g
         cdef Py_ssize_t m = self.n_entries
         size = max(64, (self.live_refs + need) * 5 // 4)
@@ -428,18 +543,15 @@ cdef class RoutingTable:
         cdef uint64_t[::1] old_s = g.ref_seg
         cdef uint64_t[::1] old_f = g.ref_filter
         cdef int64_t[::1] er = er_new
-        cdef Py_ssize_t off = 0, e, o, n, i
+        cdef Py_ssize_t off = 0, e
         with nogil:
             for e in range(m):
-                o = er[e] >> LEN_BITS
-                n = er[e] & LEN_MASK
-                for i in range(n):
-                    rs[off + i] = old_s[o + i]
-                    rf[off + i] = old_f[o + i]
-                er[e] = (<int64_t>off << LEN_BITS) | n
-                off += n
+                er[e] = _copy_run(er[e], old_s, old_f, rs, rf, &off)
+        cdef dict deltas = {}
+        for e, run in g.deltas.items():
+            deltas[e] = _copy_run(run, old_s, old_f, rs, rf, &off)
         self.arena_used = off
-        self.g = _Generation(g.slots, g.entry_key, er_new, g.entry_flags, rs_new, rf_new)
+        self.g = _Generation(g.slots, g.entry_key, er_new, g.entry_flags, rs_new, rf_new, deltas)
 
     # -- whole-directory views, for statistics and snapshots -----------------------------------
     def entry_flags(self):
@@ -449,7 +561,8 @@ cdef class RoutingTable:
         return flags
 
     def nbytes(self) -> int:
-        """Bytes held by the directory's arrays (table, entries, arena)."""
+        """Bytes held by the directory's arrays (table, entries, arena); the delta runs'
+        positions (a few long lists') are not counted."""
         g = self.g
         return int(g.slots.nbytes + g.entry_key.nbytes + g.entry_ref.nbytes
                    + g.entry_flags.nbytes + g.ref_seg.nbytes + g.ref_filter.nbytes)
@@ -457,17 +570,28 @@ cdef class RoutingTable:
     def export(self):
         """Compact arrays of the whole directory: (entry keys, flags, list lengths, segs, filters).
 
-        Lists appear in entry order, so the arrays are all a snapshot needs.
+        Lists appear in entry order, each as one sorted run (``refs``), so the arrays are all
+        a snapshot needs.
         """
-        g = self.g
-        m = self.n_entries
-        er = g.entry_ref[:m]
-        lens = er & LEN_MASK
-        starts = np.cumsum(lens) - lens  # where each list starts in the exported arrays
-        idx = np.repeat((er >> LEN_BITS) - starts, lens) + np.arange(int(lens.sum()),
-                                                                     dtype=np.int64)
-        return (g.entry_key[:m].copy(), g.entry_flags[:m].copy(), lens.astype(np.uint32),
-                g.ref_seg[idx], g.ref_filter[idx])
+        cdef _Generation g = self.g
+        cdef Py_ssize_t m = self.n_entries, e, o = 0
+        lengths = np.empty(m, np.uint32)
+        cdef uint32_t[::1] lens = lengths
+        cdef int64_t main, delta
+        for e in range(m):
+            lens[e] = <uint32_t>self._len(g, e)
+        total = int(lengths.sum(dtype=np.int64))
+        segs, filters = np.empty(total, np.uint64), np.empty(total, np.uint64)
+        cdef uint64_t* rs = base(g.ref_seg)
+        cdef uint64_t* rf = base(g.ref_filter)
+        cdef uint64_t* out_s = base(segs)
+        cdef uint64_t* out_f = base(filters)
+        for e in range(m):
+            main, delta = g.er[e], self._delta(g, e)
+            o += merge_runs(rs + (main >> LEN_BITS), rf + (main >> LEN_BITS), main & LEN_MASK,
+                            -1, rs + (delta >> LEN_BITS), rf + (delta >> LEN_BITS),
+                            delta & LEN_MASK, -1, False, 0, 0, out_s + o, out_f + o)
+        return g.entry_key[:m].copy(), g.entry_flags[:m].copy(), lengths, segs, filters
 
     def table_slots(self):
         """The open-addressing table as a uint32 copy: the entry id in each slot, EMPTY_SLOT
@@ -510,11 +634,25 @@ cdef class RoutingTable:
             cap *= 2
         slots = _build_table(ek[:m], cap) if slots is None else _copy_slots(slots, m)
         cdef RoutingTable t = cls(16)
-        t.g = _Generation(slots, ek, er, ef, rs, rf)
+        t.g = _Generation(slots, ek, er, ef, rs, rf, {})
         t.n_entries = m
         t.arena_used = total
         t.live_refs = total
+        t._top_known = False
         return t
+
+
+cdef int64_t _copy_run(int64_t run, const uint64_t[::1] old_s, const uint64_t[::1] old_f,
+                       uint64_t[::1] rs, uint64_t[::1] rf, Py_ssize_t* off) noexcept nogil:
+    """Copy the run ``run`` (packed offset and length) of the old arrays to ``off[0]`` of the
+    new ones; return its new packed position and advance ``off[0]`` past it."""
+    cdef Py_ssize_t o = run >> LEN_BITS, n = run & LEN_MASK, i
+    for i in range(n):
+        rs[off[0] + i] = old_s[o + i]
+        rf[off[0] + i] = old_f[o + i]
+    run = packed(off[0], n)
+    off[0] += n
+    return run
 
 
 def _adopt(a, dtype):

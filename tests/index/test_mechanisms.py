@@ -340,17 +340,24 @@ def ref_publish(lists: dict, e: int, seg: int, filt: int, drop: int | None) -> N
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_member_kernels_match_reference_and_keep_old_lists(seed):
+@pytest.mark.parametrize("segments, new_entry", [(40, 0.05), (1500, 0.001)],
+                         ids=["short lists", "long lists"])
+def test_member_kernels_match_reference_and_keep_old_lists(seed, segments, new_entry):
+    """Random additions and filter changes against the one-run reference. With long lists
+    (past DELTA_MIN) the table keeps a main and a delta run, and changes members of both;
+    ``refs``, ``export`` and a table restored from it give the reference lists all the same."""
     rng = np.random.default_rng(seed)
     t = rt.RoutingTable(4)
     lists: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    merged = 0  # refs() of a list kept in two runs (a fresh array, not a view of the arena)
     for _ in range(3000):
-        if not lists or rng.random() < 0.05:
+        if not lists or rng.random() < new_entry:
             e = t.add_entry(int(rng.integers(1, 2**63)), rt.VISIBLE)
             lists[e] = (np.zeros(0, np.uint64), np.zeros(0, np.uint64))
         e = int(rng.choice(list(lists)))
-        seg, filt = int(rng.integers(0, 40)), int(rng.integers(0, 6)) << 60
+        seg, filt = int(rng.integers(0, segments)), int(rng.integers(0, 6)) << 60
         before = [(x, a.copy(), b.copy(), *t.refs(x)) for x, (a, b) in lists.items()]
+        merged += sum(old_segs.base is None for *_, old_segs, _ in before)
         hit = np.flatnonzero(lists[e][0] == np.uint64(seg))
         if len(hit):
             assert t.update_member(e, seg, filt)
@@ -369,6 +376,16 @@ def test_member_kernels_match_reference_and_keep_old_lists(seed):
             assert np.array_equal(segs, a) and np.array_equal(filters, b)
             assert t.list_len(x) == len(a)
     assert t.live_refs == sum(len(a) for a, _ in lists.values())
+    assert (merged > 0) == (segments > rt.DELTA_MIN)
+    order = sorted(lists)
+    want = [np.concatenate([lists[x][i] for x in order]) for i in (0, 1)]
+    arrays = t.export()
+    assert arrays[2].tolist() == [len(lists[x][0]) for x in order]
+    assert np.array_equal(arrays[3], want[0]) and np.array_equal(arrays[4], want[1])
+    restored = rt.RoutingTable.from_arrays(*arrays, slots=t.table_slots())
+    assert restored.longest_list() == t.longest_list() == max(len(a) for a, _ in lists.values())
+    for x in order:
+        assert all(np.array_equal(u, v) for u, v in zip(restored.refs(x), lists[x], strict=True))
 
 
 class ReferenceDirectory(RoutingDirectory):
@@ -424,16 +441,19 @@ class ReferenceDirectory(RoutingDirectory):
 
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("flags", [{}, {"pruning": False}, {"refinement": False}])
-def test_compiled_walk_places_like_the_python_walk(seed, flags):
+@pytest.mark.parametrize("segments", [400, 2000])
+def test_compiled_walk_places_like_the_python_walk(seed, flags, segments):
     """Random segments with heavy sharing, extensions and background builds (refinement
-    back-fills and rematerializations run at random later times): the same routing state."""
+    back-fills and rematerializations run at random later times): the same routing state.
+    With 2000 segments the shared keys' lists pass DELTA_MIN: the compiled table keeps them
+    in two runs, the reference in one."""
     cfg = config_from_kwargs({**SMALL, "block_size": 1, **flags})
     rng = np.random.default_rng(seed)
     dirs = [RoutingDirectory(cfg), ReferenceDirectory(cfg)]
     stored: dict[int, np.ndarray] = {}
     jobs: list[tuple[str, int]] = []
     prefixes = [rng.integers(1, 2**63, 8, dtype=np.uint64) for _ in range(3)]
-    for sid in range(400):
+    for sid in range(segments):
         if stored and rng.random() < 0.3:  # extend a stored segment
             sid = int(rng.choice(list(stored)))
             n = len(stored[sid])
@@ -467,6 +487,7 @@ def test_compiled_walk_places_like_the_python_walk(seed, flags):
     for a, b in zip(got, want, strict=True):
         assert np.array_equal(a, b)
     assert len(got[0]) > 10
+    assert (dirs[0].table.longest_list() > rt.DELTA_MIN) == (segments > 400)
 
 
 def test_table_restored_from_its_slots_probes_like_a_rebuilt_one():
@@ -717,3 +738,53 @@ def test_a_full_posting_list_skips_new_members_and_matches_stay_verified(tmp_pat
     with sarp.open(tmp_path / "i", direct_io=False) as again:  # the journal replays
         assert again.stats()["routing_refs_skipped"] == 0  # without the lowered limit
         assert [again.match(tokens=t).num_blocks for t in seqs] == [8] * 10
+
+
+@pytest.mark.parametrize("snapshot", [True, False], ids=["snapshot", "journal"])
+def test_lists_past_delta_min_route_every_copy_also_after_a_restart(tmp_path, snapshot):
+    """Many sequences sharing a prefix that ends inside a window: each copies it into its own
+    segment, listed under the shared keys, whose lists pass DELTA_MIN and take a delta run.
+    Every sequence is then matched whole, before a restart and after it (restored from the
+    snapshot written at close, which holds each list as one run, or from the journal), and
+    the restored directory lists the same references in the same order."""
+    rng = np.random.default_rng(0)
+    prefix = rng.integers(1, 2**62, 100, dtype=np.uint64)
+    seqs = [np.concatenate((prefix, rng.integers(1, 2**62, 28, dtype=np.uint64)))
+            for _ in range(2 * rt.DELTA_MIN)]
+    opts = dict(backend="flashlog", memory_budget=8 << 20, background=False,
+                snapshot_on_close=snapshot)
+    with sarp.open(tmp_path / "i", **opts) as index:
+        for q in seqs:
+            index.insert(block_ids=q)
+        assert index.directory.table.longest_list() == len(seqs)
+        assert [index.match(block_ids=q).num_blocks for q in seqs] == [128] * len(seqs)
+        before = index.directory.table.export()
+    with sarp.open(tmp_path / "i", **opts) as index:
+        after = index.directory.table.export()
+        assert all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))
+        assert [index.match(block_ids=q).num_blocks for q in seqs] == [128] * len(seqs)
+        other = np.concatenate((prefix, rng.integers(1, 2**62, 28, dtype=np.uint64)))
+        assert index.match(block_ids=other).num_blocks == 100
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_an_extension_is_listed_once_where_its_segment_was_listed(tmp_path, restart):
+    """A new segment's walk skips the search for itself in the lists it joins (its id is above
+    every listed one); an extension keeps its segment's id, below the newest, so its walk
+    finds its references and refreshes them. Also in a table restored from a snapshot, which
+    learns the largest listed id from its arena."""
+    opts = dict(backend="flashlog", memory_budget=8 << 20, background=False, **BASE)
+    seq = divergent(0, 1)
+    index = sarp.open(tmp_path / "i", **opts)
+    try:
+        for s in (divergent(0, 0), seq[:3], divergent(0, 2)):  # segments 0, 1 and 2
+            index.insert(tokens=s)
+        if restart:
+            index.close()
+            index = sarp.open(tmp_path / "i", **opts)
+        index.insert(tokens=seq)  # extends segment 1
+        first = sarp.block_ids(seq, 1)[0]
+        assert index.directory.table.list_len(entry_of(index, first)) == 1
+        assert index.match(tokens=seq).num_blocks == len(seq)
+    finally:
+        index.close()
