@@ -367,3 +367,40 @@ def test_a_new_routing_entry_is_visible_only_with_its_segment(tmp_path) -> None:
     index.close()
     assert table.growths > 20
     assert not table.shorter, table.shorter[:3]
+
+
+@pytest.mark.parametrize("backend", ["memory", "odirect"])
+def test_racing_copies_of_a_shared_prefix_all_survive(tmp_path, backend):
+    """Threads insert sequences that share a prefix ending inside a window, and match as they
+    go: every insert copies that window's shared blocks into a new segment listed under its
+    keys, whose lists pass DELTA_MIN and keep a delta run while matches read them. Each
+    sequence matches in full once inserted, and every acknowledged one at the end. A query
+    with a sequence's own block after the prefix, then another, routes through the shared
+    keys' lists (its next routing point is past the block it diverges at), where only that
+    sequence's segment shares its block: it matches one block past the prefix only if the
+    list holds that segment, also the latest ones, in the delta run."""
+    path = tmp_path / "i"
+    index = sarp.open(path, backend=backend, durability="group", block_size=1, **SMALL)
+    prefix = list(range(5000, 5013))  # ends 5 blocks into the second window
+
+    def body(t: int, r: int) -> list[int]:
+        seq = prefix + [1_000_000 + 1000 * t + r] + list(range(100 * t, 100 * t + 6))
+        m = index.match(tokens=seq)
+        assert np.array_equal(m.block_ids, sarp.block_ids(seq, 1)[:m.num_blocks])
+        index.insert(tokens=seq)
+        assert index.match(tokens=seq, max_retrieval=0).num_blocks == len(seq)
+        return seq
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads often, so matches and inserts interleave
+    try:
+        acked = race(body, 40)
+    finally:
+        sys.setswitchinterval(old)
+    index.drain()
+    assert index.directory.table.longest_list() >= len(acked) > rt.DELTA_MIN
+    lost = [seq for seq in acked
+            if index.match(tokens=seq, max_retrieval=0).num_blocks != len(seq)
+            or index.match(tokens=seq[:len(prefix) + 1] + [7]).num_blocks != len(prefix) + 1]
+    assert not lost, f"{len(lost)} of {len(acked)} acknowledged sequences lost, e.g. {lost[0]}"
+    index.close()
