@@ -416,7 +416,9 @@ cdef class RoutingTable:
                                  f"is not a block of the {ids.shape[0]} given")
         if i < 0 or not -1 <= prev < self.n_entries or not -1 <= root < self.n_entries:
             raise ValueError(f"point {i}, previous entry {prev} or root {root} out of range")
-        cdef bint fresh = self._fresh(seg)  # until the walk returns: it lists seg as it goes
+        # A new segment is on no list: no member to refresh. Decided before the walk lists it
+        # (a resumed walk finds it listed and searches, as for an extension).
+        cdef bint fresh = self._fresh(seg)
         while i < n:
             g = self.g
             if prev >= 0 and prev != root and g.ef[prev] & F_REMAT:
