@@ -98,73 +98,96 @@ cdef inline uint64_t pack(const uint64_t* ids, Py_ssize_t p, Py_ssize_t end, int
 # comes first. Without segment ids (segs == NULL), ascending list index. Segment ids are unique
 # within a list, so "the largest id below the last one taken" walks a level without a buffer:
 # O(level size) per candidate, nothing next to the segment read that follows each one.
+#
+# A list may come as two sorted runs (a long posting list's main and delta runs,
+# routing_table.pyx): each level is then a range of each run, and a candidate's index counts
+# run 0's entries first. The order is the one the two runs merged into one list would give,
+# since it depends on the filters and segment ids only.
 
-cdef struct Selection:
-    const uint64_t* filters
+cdef struct Run:
+    const uint64_t* filters  # sorted
     const uint64_t* segs
     Py_ssize_t n
+    Py_ssize_t lo, hi, inner_lo, inner_hi  # level k = [lo, inner_lo) + [inner_hi, hi)
+
+
+cdef struct Selection:
+    Run runs[2]
     uint64_t fq
     int bits
     int k  # the current level; below k_min: exhausted
     int k_min  # the last level (n_fields without filtering: one level of everything)
-    Py_ssize_t lo, hi, inner_lo, inner_hi  # level k = [lo, inner_lo) + [inner_hi, hi)
     bint started  # a candidate of level k was taken ...
     uint64_t last  # ... and this was its key
 
 
 cdef inline void level_range(Selection* s) noexcept nogil:
     cdef uint64_t mask = top_mask(s.k, s.bits)
-    s.lo = lower_bound(s.filters, s.n, s.fq & mask)
-    s.hi = upper_bound(s.filters, s.n, (s.fq & mask) | ~mask)
+    cdef int r
+    for r in range(2):
+        s.runs[r].lo = lower_bound(s.runs[r].filters, s.runs[r].n, s.fq & mask)
+        s.runs[r].hi = upper_bound(s.runs[r].filters, s.runs[r].n, (s.fq & mask) | ~mask)
 
 
 cdef inline Py_ssize_t selection_init(Selection* s, const uint64_t* filters, const uint64_t* segs,
-                                      Py_ssize_t n, uint64_t fq, int n_fields, int bits,
-                                      bint filtering) noexcept nogil:
-    """Start the walk; returns the size of the first level (the candidates sharing k* fields)."""
-    s.filters, s.segs, s.n, s.fq, s.bits = filters, segs, n, fq, bits
+                                      Py_ssize_t n, const uint64_t* filters2,
+                                      const uint64_t* segs2, Py_ssize_t n2, uint64_t fq,
+                                      int n_fields, int bits, bint filtering) noexcept nogil:
+    """Start the walk over a list of ``n`` references and, when ``n2``, a second run of it;
+    returns the size of the first level (the candidates sharing k* fields)."""
+    s.runs[0].filters, s.runs[0].segs, s.runs[0].n = filters, segs, n
+    s.runs[1].filters, s.runs[1].segs, s.runs[1].n = filters2, segs2, n2
+    s.fq, s.bits = fq, bits
     s.started = False
     s.last = 0
-    s.lo = s.hi = s.inner_lo = s.inner_hi = 0
-    if n == 0:
+    cdef int r
+    for r in range(2):
+        s.runs[r].lo = s.runs[r].hi = s.runs[r].inner_lo = s.runs[r].inner_hi = 0
+    if n + n2 == 0:
         s.k, s.k_min = -1, 0
         return 0
     if not filtering:
         s.k = s.k_min = n_fields
-        s.lo, s.hi = 0, n
-        s.inner_lo = s.inner_hi = 0
-        return n
-    s.k = best(filters, n, fq, n_fields, bits)
+        s.runs[0].hi, s.runs[1].hi = n, n2
+        return n + n2
+    s.k = max(best(filters, n, fq, n_fields, bits), best(filters2, n2, fq, n_fields, bits))
     s.k_min = 0
     level_range(s)
-    s.inner_lo = s.inner_hi = s.lo
-    return s.hi - s.lo
+    for r in range(2):
+        s.runs[r].inner_lo = s.runs[r].inner_hi = s.runs[r].lo
+    return s.runs[0].hi - s.runs[0].lo + s.runs[1].hi - s.runs[1].lo
 
 
-cdef inline uint64_t selection_key(const Selection* s, Py_ssize_t i) noexcept nogil:
-    return s.segs[i] if s.segs != NULL else <uint64_t>(s.n - 1 - i)
+cdef inline uint64_t selection_key(const Selection* s, int r, Py_ssize_t i) noexcept nogil:
+    if s.runs[r].segs != NULL:
+        return s.runs[r].segs[i]
+    return <uint64_t>(s.runs[0].n + s.runs[1].n - 1 - (i + r * s.runs[0].n))
 
 
-cdef inline Py_ssize_t newest_in(const Selection* s, Py_ssize_t a, Py_ssize_t b,
+cdef inline Py_ssize_t newest_in(const Selection* s, int r, Py_ssize_t a, Py_ssize_t b,
                                  Py_ssize_t found, uint64_t* top) noexcept nogil:
-    """The untaken candidate of [a, b) with the largest key, if above ``found``'s (``top``)."""
+    """The untaken candidate of [a, b) of run ``r`` with the largest key, if above ``found``'s
+    (``top``); as an index that counts run 0 first."""
     cdef Py_ssize_t i
     cdef uint64_t key
     for i in range(a, b):
-        key = selection_key(s, i)
+        key = selection_key(s, r, i)
         if (not s.started or key < s.last) and (found < 0 or key > top[0]):
-            found = i
+            found = i + r * s.runs[0].n
             top[0] = key
     return found
 
 
 cdef inline Py_ssize_t selection_next(Selection* s, int* k) noexcept nogil:
-    """The next candidate's list index (its level in ``k``), or -1 when none is left."""
+    """The next candidate's index (its level in ``k``), or -1 when none is left."""
     cdef Py_ssize_t found
     cdef uint64_t top = 0
+    cdef int r
     while s.k >= s.k_min:
-        found = newest_in(s, s.lo, s.inner_lo, -1, &top)
-        found = newest_in(s, s.inner_hi, s.hi, found, &top)
+        found = -1
+        for r in range(2):
+            found = newest_in(s, r, s.runs[r].lo, s.runs[r].inner_lo, found, &top)
+            found = newest_in(s, r, s.runs[r].inner_hi, s.runs[r].hi, found, &top)
         if found >= 0:
             s.started = True
             s.last = top
@@ -172,7 +195,8 @@ cdef inline Py_ssize_t selection_next(Selection* s, int* k) noexcept nogil:
             return found
         s.k -= 1
         if s.k >= s.k_min:
-            s.inner_lo, s.inner_hi = s.lo, s.hi
+            for r in range(2):
+                s.runs[r].inner_lo, s.runs[r].inner_hi = s.runs[r].lo, s.runs[r].hi
             level_range(s)
             s.started = False
     return -1

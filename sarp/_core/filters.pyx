@@ -148,7 +148,7 @@ def candidate_order(
     cdef Py_ssize_t out = 0, i
     cdef int k = 0
     cdef const uint64_t* ids = data(segs) if segs is not None else NULL
-    selection_init(&sel, data(filters), ids, n, fq, n_fields, bits, True)
+    selection_init(&sel, data(filters), ids, n, NULL, NULL, 0, fq, n_fields, bits, True)
     while out < total:
         i = selection_next(&sel, &k)
         idx[out] = i

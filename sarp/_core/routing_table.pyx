@@ -11,10 +11,12 @@ delta run of the latest additions, at most about the square root of the main run
 An addition rewrites only the delta run; when it is full, both runs are merged into a new main
 run. So adding to a list of n references copies O(sqrt(n)) of them, not n: an index where many
 sequences share a prefix (one system prompt, many sessions) lists every copy of it under the
-same keys (docs/architecture.md). A reader gets the two runs merged (``refs``): the same list,
-in the same order, as one run would hold. Readers and writers hold the GIL while they read or
-publish a list's two runs (a writer may release it only while growing the arena, before it
-writes the new run), so a reader never sees one run of a version with the other of another.
+same keys (docs/architecture.md). Candidate selection reads the two runs as they are
+(``runs``; filters.pxd selects over both in the order one merged list would give); ``refs``
+and ``export`` merge them into the list one run would hold. Readers and writers hold the GIL
+while they read or publish a list's two runs (a writer may release it only while growing the
+arena, before it writes the new run), so a reader never sees one run of a version with the
+other of another.
 """
 
 import numpy as np
@@ -239,6 +241,22 @@ cdef class RoutingTable:
         segs.flags.writeable = False
         filters.flags.writeable = False
         return segs, filters
+
+    def runs(self, Py_ssize_t entry):
+        """(segment ids, filters, delta segment ids, delta filters) of ``entry``: read-only
+        views of its main and delta runs (the delta empty without one), each sorted by
+        filter, both of one version of the list. Candidate selection reads a long list so,
+        without merging it (``refs``)."""
+        self._check_entry(entry)
+        cdef _Generation g = self.g
+        cdef int64_t main = g.er[entry], delta = self._delta(g, entry)
+        cdef Py_ssize_t off = main >> LEN_BITS, n = main & LEN_MASK
+        cdef Py_ssize_t doff = delta >> LEN_BITS, d = delta & LEN_MASK
+        out = (g.ref_seg[off:off + n], g.ref_filter[off:off + n],
+               g.ref_seg[doff:doff + d], g.ref_filter[doff:doff + d])
+        for a in out:
+            a.flags.writeable = False
+        return out
 
     def list_len(self, Py_ssize_t entry) -> int:
         self._check_entry(entry)

@@ -5,7 +5,8 @@ For the query window [ws, we), we = min(ws + S, n):
 1. Approximate routing: probe K(p) at the window's routing points, deepest first, skipping
    points at or past we; the first hit gives the posting list C(p).
 2. Pre-retrieval filtering (Algorithm 1): the query filter at p, then the candidates of C(p) by
-   level, k* matched leading fields first (filters.pxd ``Selection``).
+   level, k* matched leading fields first (filters.pxd ``Selection``; a long list's two runs,
+   routing_table.pyx, are selected over as they lie).
 3. Retrieval and post-retrieval verification: read each selected segment and compare its block
    IDs with the query's from ws. Nothing counts as matched that verification did not confirm.
 
@@ -26,7 +27,7 @@ whose rematerialization is still queued. Its list has outgrown the pruning thres
 deeper entries that will split it do not exist yet, so its members tie; reading them all keeps
 the match exact while the background worker catches up.
 
-Only two kinds of call leave compiled code: the routing table's probe/refs lookups (in-memory)
+Only two kinds of call leave compiled code: the routing table's probe/runs lookups (in-memory)
 and ``read``, the segment store's read of one segment. The window loop keeps the GIL
 (``sarp/_core/gil.pxd`` says why); the store's I/O may release it.
 """
@@ -80,10 +81,11 @@ cdef bint _within(cnp.ndarray offsets, Py_ssize_t limit):
 
 
 cdef class WindowMatcher:
-    """The per-window loop of one query ``q`` (block IDs) over a routing table and a segment
-    store's ``read(segment_id) -> Segment | None``. Keeps the query's counters."""
+    """The per-window loop of one query ``q`` (block IDs) over a routing table (its ``probe``
+    and ``runs``, sarp._core.routing_table) and a segment store's ``read(segment_id) ->
+    Segment | None``. Keeps the query's counters."""
 
-    cdef object _probe, _refs, _read, _unbounded_at
+    cdef object _probe, _runs, _read, _unbounded_at
     cdef cnp.ndarray _q, _offsets
     cdef const uint64_t* q
     cdef Py_ssize_t n, window_blocks, stride, max_retrieval
@@ -107,7 +109,7 @@ cdef class WindowMatcher:
         self._offsets = np.ascontiguousarray(probe_offsets, dtype=np.int64)
         if self._offsets.ndim != 1 or not _within(self._offsets, window_blocks):
             raise ValueError(f"probe_offsets must lie in [0, {window_blocks})")
-        self._probe, self._refs, self._read = table.probe, table.refs, read
+        self._probe, self._runs, self._read = table.probe, table.runs, read
         self._unbounded_at = unbounded_at
         self._q = u64_array(q, "q")
         self.q = u64_data(self._q)
@@ -211,14 +213,17 @@ cdef class WindowMatcher:
         cdef Py_ssize_t entry = self.route(&w)
         if entry < 0:
             return w.best_end, best
-        segs_obj, filters_obj = self._refs(entry)
-        cdef cnp.ndarray segs = u64_array(segs_obj, "segment ids")
-        cdef cnp.ndarray filters = u64_array(filters_obj, "filters")
-        cdef Py_ssize_t m = cnp.PyArray_DIM(filters, 0)
-        if cnp.PyArray_DIM(segs, 0) != m:
+        runs = self._runs(entry)
+        cdef cnp.ndarray segs = u64_array(runs[0], "segment ids")
+        cdef cnp.ndarray filters = u64_array(runs[1], "filters")
+        cdef cnp.ndarray segs2 = u64_array(runs[2], "delta segment ids")
+        cdef cnp.ndarray filters2 = u64_array(runs[3], "delta filters")
+        cdef Py_ssize_t m1 = cnp.PyArray_DIM(filters, 0), m2 = cnp.PyArray_DIM(filters2, 0)
+        if cnp.PyArray_DIM(segs, 0) != m1 or cnp.PyArray_DIM(segs2, 0) != m2:
             raise ValueError("a posting list has different numbers of segment ids and filters")
         cdef const uint64_t* sid = u64_data(segs)
-        cdef const uint64_t* fl = u64_data(filters)
+        cdef const uint64_t* sid2 = u64_data(segs2)
+        cdef Py_ssize_t m = m1 + m2
         self.candidates_before += m
         cdef Py_ssize_t every = m + has_known  # retrievals that reach every candidate
         w.total = every if self.max_retrieval == 0 or self.max_retrieval > every \
@@ -228,17 +233,20 @@ cdef class WindowMatcher:
         cdef Selection sel
         cdef uint64_t fq = 0
         cdef Py_ssize_t top, i, length, limit
+        cdef uint64_t seg_id
         cdef const uint64_t* ids
         if self.filtering:
             fq = pack(self.q, w.p, w.we, self.n_fields, self.bits, self.stride)
-        top = selection_init(&sel, fl, sid, m, fq, self.n_fields, self.bits, self.filtering)
+        top = selection_init(&sel, u64_data(filters), sid, m1, u64_data(filters2), sid2, m2, fq,
+                             self.n_fields, self.bits, self.filtering)
         i = self.next_candidate(&sel, &w)
         self.candidates_after += min(top, w.total)
         while i >= 0:
-            if has_known and sid[i] == known_id:
+            seg_id = sid[i] if i < m1 else sid2[i - m1]
+            if has_known and seg_id == known_id:
                 i = self.next_candidate(&sel, &w)
                 continue
-            seg = self._read(sid[i])
+            seg = self._read(seg_id)
             w.retrieved += 1
             self.segments_retrieved += 1
             if seg is None:  # named by the routing directory, absent from the store: damage

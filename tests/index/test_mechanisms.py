@@ -345,7 +345,8 @@ def ref_publish(lists: dict, e: int, seg: int, filt: int, drop: int | None) -> N
 def test_member_kernels_match_reference_and_keep_old_lists(seed, segments, new_entry):
     """Random additions and filter changes against the one-run reference. With long lists
     (past DELTA_MIN) the table keeps a main and a delta run, and changes members of both;
-    ``refs``, ``export`` and a table restored from it give the reference lists all the same."""
+    ``refs``, ``export`` and a table restored from it give the reference lists all the same,
+    and ``runs`` two sorted runs that together hold the reference list."""
     rng = np.random.default_rng(seed)
     t = rt.RoutingTable(4)
     lists: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -386,6 +387,11 @@ def test_member_kernels_match_reference_and_keep_old_lists(seed, segments, new_e
     assert restored.longest_list() == t.longest_list() == max(len(a) for a, _ in lists.values())
     for x in order:
         assert all(np.array_equal(u, v) for u, v in zip(restored.refs(x), lists[x], strict=True))
+        segs, filters, delta_segs, delta_filters = t.runs(x)  # what candidate selection reads
+        assert all(np.all(f[:-1] <= f[1:]) for f in (filters, delta_filters))
+        pairs = sorted(zip(np.concatenate((segs, delta_segs)).tolist(),
+                           np.concatenate((filters, delta_filters)).tolist(), strict=True))
+        assert pairs == sorted(zip(*(a.tolist() for a in lists[x]), strict=True))
 
 
 class ReferenceDirectory(RoutingDirectory):

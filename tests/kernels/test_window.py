@@ -16,11 +16,14 @@ MSeg = namedtuple("MSeg", "segment_id start block_ids metadata")
 
 
 class Table:
-    """A routing table stand-in: key -> (segment ids, filters sorted as uint64)."""
+    """A routing table stand-in: key -> (segment ids, filters sorted as uint64). ``split``
+    (1 to 3) keeps each list as two sorted runs, as the routing table keeps a long list: the
+    references whose segment id plus ``split`` is a multiple of 3 make the second run."""
 
-    def __init__(self, lists: dict[int, list[tuple[int, int]]]):
+    def __init__(self, lists: dict[int, list[tuple[int, int]]], split: int = 0):
         self.keys = list(lists)
         self.lists = [sorted(refs, key=lambda r: r[1]) for refs in lists.values()]
+        self.split = split
 
     def probe(self, key: int) -> int:
         return self.keys.index(key) if key in self.keys else -1
@@ -29,6 +32,11 @@ class Table:
         refs = self.lists[entry]
         return (np.array([r[0] for r in refs], np.uint64),
                 np.array([r[1] for r in refs], np.uint64))
+
+    def runs(self, entry: int):
+        segs, filters = self.refs(entry)
+        second = (segs % 3 + self.split) % 3 == 0 if self.split else np.zeros(len(segs), bool)
+        return segs[~second], filters[~second], segs[second], filters[second]
 
 
 @st.composite
@@ -63,8 +71,8 @@ def scenes(draw):
             refs.append((sid, f))
         lists[key] = refs
     stored = {sid: s for sid, s in segments.items() if draw(st.integers(0, 9))}
-    return dict(q=q, window=window, offsets=offsets, table=Table(lists), stored=stored,
-                layout=(n_fields, bits, stride))
+    return dict(q=q, window=window, offsets=offsets, table=Table(lists, draw(st.integers(0, 3))),
+                stored=stored, layout=(n_fields, bits, stride))
 
 
 def _known(q, ws, window, stored):
