@@ -31,16 +31,9 @@ class RoutingTable:
     def refs(self, entry: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
         """(segment ids, filters) of ``entry``: read-only arrays of one complete list (views
         of the arena, or the two runs of a long list merged)."""
-    def runs(
-        self, entry: int
-    ) -> tuple[
-        npt.NDArray[np.uint64],
-        npt.NDArray[np.uint64],
-        npt.NDArray[np.uint64],
-        npt.NDArray[np.uint64],
-    ]:
-        """(segment ids, filters, delta segment ids, delta filters): read-only views of the
-        main and delta runs of one version of ``entry``'s list (the delta empty without one)."""
+    def runs(self, entry: int) -> tuple[npt.NDArray[np.uint64], ...]:
+        """(segment ids, filters) of the main run, then of the delta run when the list has
+        one: read-only views of one version of ``entry``'s list, each run sorted by filter."""
     def list_len(self, entry: int) -> int: ...
     def longest_list(self) -> int:
         """The length of the longest posting list (0 with no entry)."""

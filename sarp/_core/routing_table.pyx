@@ -243,17 +243,20 @@ cdef class RoutingTable:
         return segs, filters
 
     def runs(self, Py_ssize_t entry):
-        """(segment ids, filters, delta segment ids, delta filters) of ``entry``: read-only
-        views of its main and delta runs (the delta empty without one), each sorted by
-        filter, both of one version of the list. Candidate selection reads a long list so,
-        without merging it (``refs``)."""
+        """``entry``'s list as it lies: (segment ids, filters) of its main run, followed, for
+        a long list with a delta run, by (segment ids, filters) of that run. Read-only views,
+        each run sorted by filter, both of one version of the list. Candidate selection reads
+        a long list so, without merging it (``refs``)."""
         self._check_entry(entry)
         cdef _Generation g = self.g
         cdef int64_t main = g.er[entry], delta = self._delta(g, entry)
         cdef Py_ssize_t off = main >> LEN_BITS, n = main & LEN_MASK
         cdef Py_ssize_t doff = delta >> LEN_BITS, d = delta & LEN_MASK
-        out = (g.ref_seg[off:off + n], g.ref_filter[off:off + n],
-               g.ref_seg[doff:doff + d], g.ref_filter[doff:doff + d])
+        if d == 0:
+            out = (g.ref_seg[off:off + n], g.ref_filter[off:off + n])
+        else:
+            out = (g.ref_seg[off:off + n], g.ref_filter[off:off + n],
+                   g.ref_seg[doff:doff + d], g.ref_filter[doff:doff + d])
         for a in out:
             a.flags.writeable = False
         return out

@@ -213,16 +213,25 @@ cdef class WindowMatcher:
         cdef Py_ssize_t entry = self.route(&w)
         if entry < 0:
             return w.best_end, best
-        runs = self._runs(entry)
+        cdef tuple runs = self._runs(entry)
+        if len(runs) != 2 and len(runs) != 4:
+            raise ValueError(f"a posting list comes as 1 or 2 runs, got {len(runs)} arrays")
         cdef cnp.ndarray segs = u64_array(runs[0], "segment ids")
         cdef cnp.ndarray filters = u64_array(runs[1], "filters")
-        cdef cnp.ndarray segs2 = u64_array(runs[2], "delta segment ids")
-        cdef cnp.ndarray filters2 = u64_array(runs[3], "delta filters")
-        cdef Py_ssize_t m1 = cnp.PyArray_DIM(filters, 0), m2 = cnp.PyArray_DIM(filters2, 0)
-        if cnp.PyArray_DIM(segs, 0) != m1 or cnp.PyArray_DIM(segs2, 0) != m2:
-            raise ValueError("a posting list has different numbers of segment ids and filters")
+        cdef Py_ssize_t m1 = cnp.PyArray_DIM(filters, 0), m2 = 0
         cdef const uint64_t* sid = u64_data(segs)
-        cdef const uint64_t* sid2 = u64_data(segs2)
+        cdef const uint64_t* sid2 = NULL
+        cdef const uint64_t* fl2 = NULL
+        cdef cnp.ndarray segs2, filters2
+        if len(runs) == 4:
+            segs2 = u64_array(runs[2], "delta segment ids")
+            filters2 = u64_array(runs[3], "delta filters")
+            m2 = cnp.PyArray_DIM(filters2, 0)
+            sid2, fl2 = u64_data(segs2), u64_data(filters2)
+            if cnp.PyArray_DIM(segs2, 0) != m2:
+                raise ValueError("a posting list has different numbers of segment ids and filters")
+        if cnp.PyArray_DIM(segs, 0) != m1:
+            raise ValueError("a posting list has different numbers of segment ids and filters")
         cdef Py_ssize_t m = m1 + m2
         self.candidates_before += m
         cdef Py_ssize_t every = m + has_known  # retrievals that reach every candidate
@@ -237,8 +246,8 @@ cdef class WindowMatcher:
         cdef const uint64_t* ids
         if self.filtering:
             fq = pack(self.q, w.p, w.we, self.n_fields, self.bits, self.stride)
-        top = selection_init(&sel, u64_data(filters), sid, m1, u64_data(filters2), sid2, m2, fq,
-                             self.n_fields, self.bits, self.filtering)
+        top = selection_init(&sel, u64_data(filters), sid, m1, fl2, sid2, m2, fq, self.n_fields,
+                             self.bits, self.filtering)
         i = self.next_candidate(&sel, &w)
         self.candidates_after += min(top, w.total)
         while i >= 0:

@@ -35,7 +35,9 @@ class Table:
 
     def runs(self, entry: int):
         segs, filters = self.refs(entry)
-        second = (segs % 3 + self.split) % 3 == 0 if self.split else np.zeros(len(segs), bool)
+        if not self.split:
+            return segs, filters
+        second = (segs % 3 + self.split) % 3 == 0
         return segs[~second], filters[~second], segs[second], filters[second]
 
 
