@@ -63,6 +63,19 @@ cdef inline const uint64_t* u64_data(cnp.ndarray a) noexcept:
     return <const uint64_t*>cnp.PyArray_DATA(a)
 
 
+cdef Py_ssize_t run_of(tuple runs, Py_ssize_t at, const uint64_t** segs,
+                       const uint64_t** filters) except -1:
+    """The length of the run whose segment ids and filters are ``runs[at]`` and
+    ``runs[at + 1]``, pointing ``segs`` and ``filters`` at their data."""
+    cdef cnp.ndarray s = u64_array(runs[at], "segment ids")
+    cdef cnp.ndarray f = u64_array(runs[at + 1], "filters")
+    cdef Py_ssize_t n = cnp.PyArray_DIM(f, 0)
+    if cnp.PyArray_DIM(s, 0) != n:
+        raise ValueError("a posting list has different numbers of segment ids and filters")
+    segs[0], filters[0] = u64_data(s), u64_data(f)
+    return n
+
+
 cdef struct Window:
     Py_ssize_t ws, we, p  # the window and its routing point
     Py_ssize_t best_end  # exclusive end of the longest verified match so far
@@ -213,25 +226,16 @@ cdef class WindowMatcher:
         cdef Py_ssize_t entry = self.route(&w)
         if entry < 0:
             return w.best_end, best
-        cdef tuple runs = self._runs(entry)
+        cdef tuple runs = self._runs(entry)  # keeps the runs' arrays alive for the pointers
         if len(runs) != 2 and len(runs) != 4:
             raise ValueError(f"a posting list comes as 1 or 2 runs, got {len(runs)} arrays")
-        cdef cnp.ndarray segs = u64_array(runs[0], "segment ids")
-        cdef cnp.ndarray filters = u64_array(runs[1], "filters")
-        cdef Py_ssize_t m1 = cnp.PyArray_DIM(filters, 0), m2 = 0
-        cdef const uint64_t* sid = u64_data(segs)
+        cdef const uint64_t* sid
+        cdef const uint64_t* fl
         cdef const uint64_t* sid2 = NULL
         cdef const uint64_t* fl2 = NULL
-        cdef cnp.ndarray segs2, filters2
+        cdef Py_ssize_t m1 = run_of(runs, 0, &sid, &fl), m2 = 0
         if len(runs) == 4:
-            segs2 = u64_array(runs[2], "delta segment ids")
-            filters2 = u64_array(runs[3], "delta filters")
-            m2 = cnp.PyArray_DIM(filters2, 0)
-            sid2, fl2 = u64_data(segs2), u64_data(filters2)
-            if cnp.PyArray_DIM(segs2, 0) != m2:
-                raise ValueError("a posting list has different numbers of segment ids and filters")
-        if cnp.PyArray_DIM(segs, 0) != m1:
-            raise ValueError("a posting list has different numbers of segment ids and filters")
+            m2 = run_of(runs, 2, &sid2, &fl2)
         cdef Py_ssize_t m = m1 + m2
         self.candidates_before += m
         cdef Py_ssize_t every = m + has_known  # retrievals that reach every candidate
@@ -246,7 +250,7 @@ cdef class WindowMatcher:
         cdef const uint64_t* ids
         if self.filtering:
             fq = pack(self.q, w.p, w.we, self.n_fields, self.bits, self.stride)
-        top = selection_init(&sel, u64_data(filters), sid, m1, fl2, sid2, m2, fq, self.n_fields,
+        top = selection_init(&sel, fl, sid, m1, fl2, sid2, m2, fq, self.n_fields,
                              self.bits, self.filtering)
         i = self.next_candidate(&sel, &w)
         self.candidates_after += min(top, w.total)
