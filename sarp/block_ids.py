@@ -64,7 +64,8 @@ def _integer_array(values: object, name: str, limit: int, dtype: type) -> np.nda
 
 
 def _from_array(arr: np.ndarray, name: str, limit: int, dtype: type) -> np.ndarray:
-    if arr.dtype.kind not in "iu":
+    if arr.dtype.kind not in "iu" and not (arr.size == 0 and arr.dtype.kind == "f"):
+        # an empty float array (``np.array([])``) holds no value, like ``[]``
         raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
     if arr.ndim != 1:
         raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")

@@ -3,6 +3,7 @@ error naming the argument before anything is created or changed."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,20 @@ def check_int(value: object, name: str, lo: int, hi: int = MAX_INT) -> int:
     if not lo <= n <= hi:
         raise ValueError(f"{name} must be in [{lo}, {hi}], got {n}")
     return n
+
+
+def check_path(path: object, name: str = "path") -> Path:
+    """``path`` (a str or os.PathLike) as a Path, or raise naming the argument: TypeError for
+    another type, ValueError for an empty path (it would mean the working directory) or one
+    holding a NUL byte."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a str or os.PathLike, got {type(path).__name__}")
+    text = os.fspath(path)
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must name a path as text, got {type(text).__name__}")
+    if not text or "\0" in text:
+        raise ValueError(f"{name} must be a non-empty path without NUL bytes, got {text!r}")
+    return Path(text)
 
 
 _TEXT = (str, bytes, bytearray, memoryview)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 import os
 import shutil
 import threading
@@ -34,7 +35,7 @@ from sarp._core.hashing import xxh64
 from sarp._core.segment_codec import encoded_size
 from sarp.background import Worker
 from sarp.block_ids import as_block_ids, block_ids
-from sarp.checks import check_directory, check_int
+from sarp.checks import check_directory, check_int, check_path
 from sarp.config import Config, config_from_kwargs, digest_text, dumps, loads, new_index_id
 from sarp.errors import (
     CorruptionError,
@@ -120,7 +121,13 @@ class Index:
     @_call
     def match(self, tokens: Any = None, *, block_ids: Any = None, namespace: bytes | None = None,
               max_retrieval: int | None = None) -> MatchResult:
-        """The longest verified prefix of the sequence that the index holds."""
+        """The longest verified prefix of the sequence that the index holds.
+
+        Pass ``tokens`` (chained into block IDs by ``sarp.block_ids``) or ``block_ids`` that
+        the serving engine chained the same way: each ID names its whole prefix, so an ID
+        repeats only where a prefix does. Unchained IDs that repeat within a sequence route
+        many segments to one key; a bounded ``max_retrieval`` then reads only some of them.
+        """
         q = self._query_ids(tokens, block_ids, namespace)
         mr = self._max_retrieval(max_retrieval)
         stamp = self._matched.stamp()
@@ -534,10 +541,11 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
     t0 = time.perf_counter()
     io = check_io(_io)
     root = _index_path(path)
-    _check_open_options(snapshot_every_inserts, snapshot_every_seconds,
-                        background=background, snapshot_on_close=snapshot_on_close)
+    snapshot_every_inserts, snapshot_every_seconds = _check_open_options(
+        snapshot_every_inserts, snapshot_every_seconds, background=background,
+        snapshot_on_close=snapshot_on_close)
     store_options = _store_options(store_options)
-    storage_backends.check_store_args(memory_budget, durability, direct_io)
+    memory_budget = storage_backends.check_store_args(memory_budget, durability, direct_io)
     wanted = config_from_kwargs(config)
     cfg_file = root / CONFIG_FILE
     existing = cfg_file.exists()
@@ -630,7 +638,7 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
 
 def _index_path(path: object) -> Path:
     """``path`` as a Path to a directory that is, or can become, an index directory."""
-    root = _as_path(path)
+    root = check_path(path)
     check_directory(root, f"path {str(root)!r} is a file, not an index directory",
                     f"path {str(root)!r} cannot be created")
     return root
@@ -727,29 +735,27 @@ def _remove_created(paths: list[Path], root: Path, before: set[str] | None,
         pass  # the open's own error is the one raised; a crash now leaves a creation to redo
 
 
-def _check_open_options(every_inserts: int, every_seconds: float, **flags: bool) -> None:
+def _check_open_options(every_inserts: object, every_seconds: object,
+                        **flags: object) -> tuple[int, float]:
     """The snapshot schedule and the on/off options of ``open``, checked by name (the store's
-    own: ``storage_backends.check_store_args``)."""
-    check_int(every_inserts, "snapshot_every_inserts (0: never)", 0)
-    if isinstance(every_seconds, bool) or not isinstance(every_seconds, (int, float)) \
-            or not 0 <= every_seconds < math.inf:
-        raise ValueError("snapshot_every_seconds must be a non-negative number (0: never), "
-                         f"got {every_seconds!r}")
+    own: ``storage_backends.check_store_args``); returns the schedule as (int, float)."""
+    n = check_int(every_inserts, "snapshot_every_inserts (0: never)", 0)
+    if isinstance(every_seconds, bool) or not isinstance(every_seconds, numbers.Real):
+        raise TypeError("snapshot_every_seconds must be a number (0: never), "
+                        f"got {every_seconds!r}")
+    seconds = float(every_seconds)
+    if not 0 <= seconds < math.inf:
+        raise ValueError("snapshot_every_seconds must be a non-negative finite number "
+                         f"(0: never), got {every_seconds!r}")
     for name, value in flags.items():
         if not isinstance(value, bool):
             raise TypeError(f"{name} must be a bool, got {value!r}")
-
-
-def _as_path(path: object) -> Path:
-    """``path`` as a Path, or TypeError naming it."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
-    return Path(path)
+    return n, seconds
 
 
 def require_index(path: str | os.PathLike) -> None:
     """Raise ValueError unless ``path`` holds a SARP index (``open`` would create one)."""
-    if not (_as_path(path) / CONFIG_FILE).is_file():
+    if not (check_path(path) / CONFIG_FILE).is_file():
         raise ValueError(f"path {str(path)!r} holds no SARP index")
 
 

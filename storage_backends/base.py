@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sarp.checks import check_int, check_iterable
+from sarp.checks import check_int, check_iterable, check_path
 from sarp.errors import CorruptionError, StoreClosedError, StoreKindError
 from storage_backends.calls import Calls
 from storage_backends.io import File, FileIO
@@ -69,13 +69,15 @@ def check_value(value: object, name: str = "value") -> bytes:
     raise TypeError(f"{name} must be bytes, got {type(value).__name__}")
 
 
-def check_store_args(memory_budget: object, durability: object, direct_io: object) -> None:
-    """The options every engine takes, checked by name before anything is opened."""
+def check_store_args(memory_budget: object, durability: object, direct_io: object) -> int:
+    """The options every engine takes, checked by name before anything is opened; returns
+    ``memory_budget`` as an int."""
     if not isinstance(durability, str) or durability not in DURABILITY_MODES:
         raise ValueError(f"durability must be one of {DURABILITY_MODES}, got {durability!r}")
-    check_int(memory_budget, "memory_budget", 1, MAX_MEMORY_BUDGET)
+    budget = check_int(memory_budget, "memory_budget", 1, MAX_MEMORY_BUDGET)
     if not isinstance(direct_io, bool):
         raise TypeError(f"direct_io must be a bool, got {direct_io!r}")
+    return budget
 
 
 def stored_kind(path: str | Path) -> str | None:
@@ -136,9 +138,8 @@ class RecordStore(ABC):
     DENSE_KEYS: dict[str, Any] = {}
 
     def __init__(self, path: str | Path, memory_budget: int, durability: str, direct_io: bool):
-        check_store_args(memory_budget, durability, direct_io)
-        self.path = Path(path)
-        self.memory_budget = memory_budget
+        self.memory_budget = check_store_args(memory_budget, durability, direct_io)
+        self.path = check_path(path)
         self.durability = durability
         self.direct_io = direct_io
         self._calls = Calls(lambda: StoreClosedError(
@@ -204,6 +205,8 @@ class RecordStore(ABC):
         a crash of this process but not a power loss. ``durable`` syncs in every mode: a
         snapshot of the index needs the segments it names on the device.
         """
+        if not isinstance(durable, bool):
+            raise TypeError(f"durable must be a bool, got {durable!r}")
         sync = self.durability == "group" or durable and self.durability == "none"
         self._run_write(lambda: self._flush(sync))
 

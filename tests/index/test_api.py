@@ -129,7 +129,9 @@ def test_closed_index_raises(tmp_path):
         (dict(snapshot_every_inserts=-5), ValueError, "snapshot_every_inserts"),
         (dict(snapshot_every_inserts=2.5), TypeError, "snapshot_every_inserts"),
         (dict(snapshot_every_seconds=-1), ValueError, "snapshot_every_seconds"),
-        (dict(snapshot_every_seconds="10"), ValueError, "snapshot_every_seconds"),
+        (dict(snapshot_every_seconds="10"), TypeError, "snapshot_every_seconds"),
+        (dict(snapshot_every_seconds=float("nan")), ValueError, "snapshot_every_seconds"),
+        (dict(snapshot_every_seconds=True), TypeError, "snapshot_every_seconds"),
         (dict(direct_io="no"), TypeError, "direct_io"),
         (dict(background=1), TypeError, "background"),
         (dict(snapshot_on_close=None), TypeError, "snapshot_on_close"),
@@ -184,6 +186,36 @@ def test_bad_open_options_raise_and_create_nothing(tmp_path, kwargs, exc, word):
     with pytest.raises(exc, match=word):
         sarp.open(tmp_path / "i", **kwargs)
     assert not (tmp_path / "i").exists()
+
+
+def test_an_empty_path_or_one_with_a_nul_byte_is_refused_by_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # an empty path would mean the working directory
+    for bad in ("", "i\0"):
+        with pytest.raises(ValueError, match="path must be a non-empty path"):
+            sarp.open(bad, backend="memory")
+    assert list(tmp_path.iterdir()) == []
+
+
+class _Int:
+    """An integer by ``__index__`` only."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __index__(self):
+        return self.n
+
+
+def test_the_snapshot_schedule_is_used_as_checked(tmp_path):
+    """An ``__index__`` object or numpy number for the schedule is taken as the int or float
+    it was checked as: the insert it makes due takes a snapshot, never a TypeError after the
+    insert was applied."""
+    with sarp.open(tmp_path / "i", backend="memory", snapshot_every_inserts=_Int(2),
+                   snapshot_every_seconds=np.float32(3600), memory_budget=np.int64(1 << 20)
+                   ) as idx:
+        for i in range(4):
+            idx.insert(tokens=np.arange(i * 1000, i * 1000 + 64))
+        assert idx.counters["snapshots"] == 2
 
 
 def test_a_failed_creation_in_an_empty_directory_leaves_it_empty(tmp_path):

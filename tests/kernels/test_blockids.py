@@ -176,3 +176,12 @@ def test_as_block_ids_rejects_out_of_range(ids):
 def test_as_block_ids_rejects_non_integers(ids):
     with pytest.raises(TypeError, match="block_ids"):
         as_block_ids(ids)
+
+
+def test_an_empty_float_array_is_an_empty_sequence():
+    """``np.array([])`` is float64 but holds no value: taken like ``[]``, while a 2-D empty
+    array is still refused."""
+    assert as_block_ids(np.array([])).dtype == np.uint64 and len(as_block_ids(np.array([]))) == 0
+    assert len(block_ids(np.array([]), 4)) == 0
+    with pytest.raises(ValueError, match="block_ids must be one-dimensional"):
+        as_block_ids(np.zeros((0, 2)))
