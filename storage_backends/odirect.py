@@ -41,8 +41,9 @@ HEADER_MAGIC = b"SARPODH3"
 OLD_HEADER_MAGICS = (b"SARPODH2",)
 # key_mode, block size, max_value_size, version bytes, extent slots, clean, next sequence number
 _HEADER = struct.Struct("<BIIIIBQ")
-COPIES_MAGIC = b"SARPODC1"
-_COPIES = struct.Struct("<QQ")  # next sequence number, slots; then the newest-copy bitmap
+COPIES_MAGIC = b"SARPODC2"
+# next sequence number, slots, bytes of slots.dat; then the newest-copy bitmap
+_COPIES = struct.Struct("<QQQ")
 KEY_MODES = ("dense", "sparse")
 #: the largest slot file a dense store grows to: 16 TiB, ext4's largest file (4 KiB blocks)
 MAX_FILE_BYTES = 1 << 44
@@ -55,8 +56,8 @@ VERSION_OVERHEAD = _VERSION.size + 8
 EXTENT_SLOTS = 64
 SCAN_BYTES = 2 << 20  # bytes per read when scanning the file (whole extents, at least one)
 RUN_BYTES = 1 << 20  # the most bytes one write of side-by-side versions takes
-#: the largest max_value_size: a version (value + overhead, rounded up) must fit HEADER's u32
-MAX_VALUE_SIZE = (1 << 30)
+#: the largest max_value_size (64 MiB): a slot's two copies are read and written whole
+MAX_VALUE_SIZE = 1 << 26
 #: slots written since the last sync, at most: past it a write syncs (bounds their memory)
 UNSYNCED_LIMIT = 1 << 16
 
@@ -76,7 +77,7 @@ class ODirectStore(RecordStore):
         if key_mode is not None and key_mode not in KEY_MODES:
             raise ValueError(f"key_mode must be one of {KEY_MODES}, got {key_mode!r}")
         if max_value_size is not None:
-            check_int(max_value_size, "max_value_size", 0, MAX_VALUE_SIZE)
+            max_value_size = check_int(max_value_size, "max_value_size", 0, MAX_VALUE_SIZE)
         self._io = check_io(io)
         with self._claim(self._io):
             self._lock = threading.RLock()
@@ -84,7 +85,10 @@ class ODirectStore(RecordStore):
             self._slot_bytes = 2 * self._vbytes
             self._extent_bytes = self._extent * self._slot_bytes
             self._dense_limit = MAX_FILE_BYTES // self._extent_bytes * self._extent
-            self._data = self._io.open(self.path / "slots.dat", direct=self.direct_io)
+            data = self.path / "slots.dat"
+            if self._existed and not data.exists():  # created before HEADER is first written
+                raise CorruptionError(f"{str(self.path)!r}: slots.dat is missing")
+            self._data = self._io.open(data, direct=self.direct_io)
             try:
                 self._open_slots(clean)
             except BaseException:
@@ -106,7 +110,7 @@ class ODirectStore(RecordStore):
         self._unsynced: set[int] = set()
         #: bit s set: copy 1 of slot s holds the newest version (else copy 0, or none)
         self._newer = bytearray()
-        if self._sparse or not clean or not self._load_copies():
+        if not clean or not self._load_copies() or self._sparse:
             self._load_slots(repair=not clean)
         self._write_header(clean=False)
 
@@ -115,7 +119,8 @@ class ODirectStore(RecordStore):
         """Read or create HEADER; returns whether the store was closed cleanly."""
         hpath = self.path / "HEADER"
         self._next_seq = 1
-        if not hpath.exists():
+        self._existed = hpath.exists()
+        if not self._existed:
             self._sparse = (key_mode or "sparse") == "sparse"
             self._block = block_size(self.path)
             mvs = self._block - VERSION_OVERHEAD if max_value_size is None else max_value_size
@@ -154,15 +159,20 @@ class ODirectStore(RecordStore):
         write_superblock(self._io, self.path / "HEADER", HEADER_MAGIC, payload)
 
     def _load_copies(self) -> bool:
-        """Load the newest-copy bits saved by the last clean close; False if they are missing,
-        damaged or not of this state of the file (the caller then scans the slots)."""
+        """Load the newest-copy bits saved by the last clean close (HEADER says there was
+        one); False if they are missing, damaged or not of this state of the file (the caller
+        then scans the slots). A slot file shorter than that close left it is corruption: its
+        records were cut off since."""
         try:
             payload = read_superblock(self._io, self.path / "COPIES", COPIES_MAGIC)
         except (OSError, CorruptionError):
             return False
         if len(payload) < _COPIES.size:
             return False
-        seq, slots = _COPIES.unpack_from(payload)
+        seq, slots, size = _COPIES.unpack_from(payload)
+        if seq == self._next_seq and size > self._data.size():
+            raise CorruptionError(f"slots.dat: {self._data.size()} bytes, {size} at the clean "
+                                  "close (cut short)")
         bits = payload[_COPIES.size:]
         if seq != self._next_seq or slots != self._nslots or len(bits) != -(-slots // 8):
             return False
@@ -171,7 +181,7 @@ class ODirectStore(RecordStore):
 
     def _save_copies(self) -> None:
         bits = bytes(self._newer).ljust(-(-self._nslots // 8), b"\0")  # grown lazily
-        payload = _COPIES.pack(self._next_seq, self._nslots) + bits
+        payload = _COPIES.pack(self._next_seq, self._nslots, self._data.size()) + bits
         write_superblock(self._io, self.path / "COPIES", COPIES_MAGIC, payload)
 
     def _newest_copy(self, slot: int) -> int:
@@ -316,8 +326,19 @@ class ODirectStore(RecordStore):
 
     def _iter_slots(self) -> Iterator[tuple[int, memoryview, tuple[int, int]]]:
         """(slot, buffer, offsets of its copies 0 and 1 in the buffer) for every slot of the
-        file, read in large aligned chunks of whole extents."""
-        extents = max(1, SCAN_BYTES // self._extent_bytes)  # per read
+        file, read in large aligned chunks of whole extents; slot by slot where one extent
+        is larger than a chunk (large values), so that a scan's memory stays bounded."""
+        if not self._nslots:
+            return
+        if self._extent_bytes > SCAN_BYTES:
+            buf = aligned_buffer(2 * self._vbytes)
+            view = memoryview(buf)
+            for slot in range(self._nslots):
+                self._read(buf, slot, 0)
+                self._read(buf, slot, 1, self._vbytes)
+                yield slot, view, (0, self._vbytes)
+            return
+        extents = SCAN_BYTES // self._extent_bytes  # per read
         chunk = aligned_buffer(extents * self._extent_bytes)
         view = memoryview(chunk)
         step = extents * self._extent
@@ -345,6 +366,9 @@ class ODirectStore(RecordStore):
             if bad and copy < 0:
                 if not repair:
                     raise CorruptionError(f"slots.dat: slot {slot}: no version passes its checks")
+                if bad == 2:  # a crash tears at most one copy of a slot (see the clearing)
+                    raise CorruptionError(f"slots.dat: slot {slot}: both copies fail their "
+                                          "checks (damage, not a torn write)")
                 clear.append(slot)
             if copy >= 0:
                 self._set_newest_copy(slot, copy)
@@ -369,11 +393,12 @@ class ODirectStore(RecordStore):
             else:
                 self._free.append(slot)
         heapq.heapify(self._free)
+        # never acknowledged, or superseded by an acknowledged version; one copy at a time,
+        # synced, so that a crash while clearing tears at most one copy of a slot
         zero = aligned_buffer(self._vbytes)
-        for slot in clear:  # never acknowledged, or superseded by an acknowledged version
-            for copy in (0, 1):
+        for copy in (0, 1) if clear else ():
+            for slot in clear:
                 self._data.pwrite(zero, self._offset(slot, copy))
-        if clear:
             self._data.fdatasync()
 
     # -- the record-store primitives -------------------------------------------------------------

@@ -38,12 +38,26 @@ def test_value_too_large(tmp_path: Path) -> None:
         assert s.get(1) is None
 
 
+def test_large_values_open_with_a_scan_of_bounded_memory(tmp_path: Path) -> None:
+    """A store of 4 MiB values has 512 MiB extents: an open that scans it (sparse keys) reads
+    slot by slot, not an extent at a time; the limit is refused by name past 64 MiB."""
+    path = tmp_path / "s"
+    with pytest.raises(ValueError, match="max_value_size"):
+        _open(path, max_value_size=odirect.MAX_VALUE_SIZE + 1)
+    big = {k: bytes([k]) * (4 << 20) for k in (3, 9)}
+    with _open(path, key_mode="sparse", max_value_size=4 << 20) as s:
+        s.put_many(big.items())
+    with _open(path) as s:
+        assert s.stats()["max_value_size"] == 4 << 20
+        assert s.get_many([3, 9, 4]) == [big[3], big[9], None]
+
+
 def test_dense_keys_are_slots(tmp_path: Path) -> None:
     path = tmp_path / "s"
     with _open(path, key_mode="dense") as s:
         s.put_many([(k, bytes([k]) * 10) for k in range(50)])
         s.delete(7)
-        assert s.stats()["slots"] == EXTENT_SLOTS  # the file holds whole extents
+        assert s.stats()["slots"] == EXTENT_SLOTS  # the store counts whole extents
         with pytest.raises(ValueError, match="key"):
             s.put(1 << 41, b"x")
         # the key space ends where the slot file would pass 16 TiB; a batch reaching past it
@@ -170,11 +184,13 @@ def test_a_store_of_the_layout_before_extents_is_refused_by_name(tmp_path: Path)
         _open(path)
 
 
-@pytest.mark.parametrize("scan_bytes", [1, 2 << 20])  # one extent per read; several
+# slot by slot (an extent is larger than a read); one extent per read; several
+@pytest.mark.parametrize("scan_bytes", [1, EXTENT_SLOTS * 2 * 4096, 2 << 20])
 def test_a_scan_across_reads_of_whole_extents_finds_every_newest_version(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scan_bytes: int) -> None:
     """A sparse store rebuilds its slot table by scanning at open; the scan reads whole extents
-    at a time, and each slot's two copies lie in different halves of its extent."""
+    at a time (slot by slot where an extent is larger than a read), and each slot's two copies
+    lie in different halves of its extent."""
     monkeypatch.setattr(odirect, "SCAN_BYTES", scan_bytes)
     path = tmp_path / "s"
     keys = [1000 + 7 * i for i in range(3 * EXTENT_SLOTS + 5)]  # four extents

@@ -250,6 +250,59 @@ def test_odirect_slot_damaged_after_a_clean_close_is_corruption(tmp_path: Path,
         assert s.get_many([4, 6]) == [values[4], values[6]]
 
 
+@pytest.mark.parametrize("dense", [False, True])
+def test_odirect_both_copies_damaged_is_corruption_also_after_a_crash(tmp_path: Path,
+                                                                      dense: bool) -> None:
+    """A crash tears at most one copy of a slot, so an unclean open that finds both copies
+    failing their checks raises CorruptionError instead of zeroing the slot as a torn write
+    (docs/odirect_format.txt)."""
+    io = PowerLossIO(0)
+    path = tmp_path / "s"
+    old, new = b"o" * 1000 + b"OLD", b"n" * 1000 + b"NEW"
+    s = _open("odirect", path, io=io, dense_keys=dense)
+    s.put_many([(5, old), (6, b"kept")])
+    s.flush()
+    s.put(5, new)
+    s.flush()
+    io.crash("drop")  # nothing unsynced: the store is left unclean, its slots whole
+    for needle in (b"o" * 100 + b"OLD", b"n" * 100 + b"NEW"):
+        f, off = _only_offset(path, needle)
+        _flip(f, off)
+    with pytest.raises(CorruptionError, match="slot .*: both copies fail their checks"):
+        _open("odirect", path)
+
+
+def test_odirect_clearing_after_a_crash_syncs_between_the_two_copies(tmp_path: Path) -> None:
+    """The open after a crash zeroes torn first writes one copy at a time with a sync between,
+    so that no later crash leaves a slot with two damaged copies."""
+    io = PowerLossIO(0)
+    s = _open("odirect", tmp_path / "s", io=io)
+    s.put_many([(1, b"durable"), (2, b"t" * 1000 + b"TORN")])
+    s.flush()
+    io.crash("drop")  # unclean: the next open checks every slot
+    f, off = _only_offset(tmp_path / "s", b"t" * 100 + b"TORN")
+    _flip(f, off)  # key 2's only copy, as a torn first write leaves it
+    calls: list[str] = []  # the open's writes (w) and syncs (s) of slots.dat
+
+    class Watch(FileIO):
+        def _pwrite(self, f, buf, offset):  # type: ignore[no-untyped-def]
+            if f.path.name == "slots.dat":
+                calls.append("w")
+            super()._pwrite(f, buf, offset)
+
+        def _sync(self, f, data_only):  # type: ignore[no-untyped-def]
+            if f.path.name == "slots.dat":
+                calls.append("s")
+            super()._sync(f, data_only)
+
+    s2 = _open("odirect", tmp_path / "s", io=Watch())
+    zeroing = "".join(calls)
+    with s2:
+        assert s2.get_many([1, 2]) == [b"durable", None]
+    # the first copy's zero write, a sync, the second copy's, a sync
+    assert zeroing == "wsws", zeroing
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_odirect_torn_run_keeps_a_prefix_of_its_new_keys(tmp_path: Path, seed: int) -> None:
     """A batch of new keys is one write of side-by-side versions; a power cut that tears it
@@ -335,3 +388,22 @@ def test_odirect_a_failed_write_over_an_unsynced_version_stops_writes(key_mode: 
         assert s2.get(5) == a and s2.get(6) == a
         s2.put(5, c)
         assert s2.get(5) == c
+
+
+@pytest.mark.parametrize("dense", [False, True])
+@pytest.mark.parametrize("cut", ["extent", "all", "missing"])
+def test_odirect_slot_file_cut_after_a_clean_close_is_corruption(tmp_path: Path, dense: bool,
+                                                                 cut: str) -> None:
+    """COPIES records the slot file's length at a clean close; the store never shortens it,
+    so a shorter (or missing) file at the next open is corruption, not missing records."""
+    path = tmp_path / "s"
+    with _open("odirect", path, dense_keys=dense) as s:
+        s.put_many([(k, bytes([k % 251]) * 2000) for k in range(3 * 64)])  # three extents
+    data = path / "slots.dat"
+    if cut == "missing":
+        data.unlink()
+    else:
+        size = data.stat().st_size
+        os.truncate(data, 0 if cut == "all" else size - 64 * 2 * 4096)
+    with pytest.raises(CorruptionError, match="slots.dat"):
+        _open("odirect", path)
