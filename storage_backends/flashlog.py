@@ -42,6 +42,10 @@ COMPACT_FLOOR = 4 << 20  # no compaction below this many record bytes in the log
 _END = REC.pack(BATCH_END, 0, 0)
 
 
+def _is_number(s: str) -> bool:
+    return s.isascii() and s.isdigit()
+
+
 class FlashLogStore(RecordStore):
     """Bloom-filtered page log with a WAL; see the module docstring."""
 
@@ -52,7 +56,7 @@ class FlashLogStore(RecordStore):
                  io: FileIO | None = None):
         super().__init__(path, memory_budget, durability, direct_io)
         if instances is not None:
-            check_int(instances, "instances", 1, 1 << 16)
+            instances = check_int(instances, "instances", 1, 1 << 16)
         self._io = check_io(io)
         with self._claim(self._io):
             self._lock = threading.RLock()
@@ -60,13 +64,16 @@ class FlashLogStore(RecordStore):
             manifest = self._open_manifest(instances)
             self._ninst, self._block, log_no, log_synced, closed_wal, closed_blocks = manifest
             self._page_target = min(MAX_PAGE_BLOCKS, max(
-                MIN_PAGE_BLOCKS, memory_budget // 2 // self._ninst // self._block)) * (
+                MIN_PAGE_BLOCKS, self.memory_budget // 2 // self._ninst // self._block)) * (
                 self._block - 8)
             self._wal_limit = max(4 << 20, 2 * self._ninst * self._page_target)
             self._buffers: list[dict[int, tuple[int, bytes]]] = [{} for _ in range(self._ninst)]
             self._buffered = [0] * self._ninst
-            wals = sorted(int(p.suffix[1:]) for p in self.path.glob("wal.*")
-                          if p.suffix[1:].isdigit())
+            wals = sorted(int(p.name[4:]) for p in self.path.glob("wal.*")
+                          if _is_number(p.name[4:]))
+            if not wals:  # creation writes MANIFEST after the first WAL
+                raise CorruptionError(f"flashlog store at {str(self.path)!r}: MANIFEST but no "
+                                      "WAL file")
             header, batches, blocks = read_wal(self._io, wal_path(self.path, wals[-1]), self._block)
             if header.number == closed_wal and blocks < closed_blocks:
                 raise CorruptionError(f"wal.{closed_wal}: block {blocks} fails its checks")
@@ -99,6 +106,7 @@ class FlashLogStore(RecordStore):
                                           f"{str(self.path)!r} has {found[0]}")
             return found
         block = block_size(self.path)
+        self._check_no_store(mpath, block)
         if instances is None:
             instances = min(DEFAULT_INSTANCES,
                             max(1, self.memory_budget // 2 // (MIN_PAGE_BLOCKS * block)))
@@ -108,6 +116,23 @@ class FlashLogStore(RecordStore):
         Wal(self._io, self.path, WalHeader(1, 1, 0, 0), manifest[1], self.direct_io, b"").close()
         write_superblock(self._io, mpath, MANIFEST_MAGIC, _MANIFEST.pack(*manifest))
         return manifest
+
+    def _check_no_store(self, mpath: Path, block: int) -> None:
+        """Raise CorruptionError if the directory, which has no MANIFEST, holds a store's files.
+
+        Creation writes an empty log.1, then wal.1 (its header block alone), then MANIFEST, so
+        a creation cut short leaves at most those two (or wal.1.tmp) and is started again.
+        Every later log or WAL file, records in either, or a WAL longer than its header means a
+        MANIFEST that was there and is lost: without it, keys would be routed by a guessed
+        instance count and records would go missing.
+        """
+        left = {"log.1": 0, "wal.1": block}  # the bytes a creation cut short leaves at most
+        found = sorted(p.name for stem in ("log", "wal") for p in self.path.glob(stem + ".*")
+                       if _is_number(p.name[len(stem) + 1:])
+                       and p.stat().st_size > left.get(p.name, -1))
+        if found:
+            raise CorruptionError(f"flashlog store at {str(self.path)!r}: no {mpath.name}, but "
+                                  f"{', '.join(found)} hold a store's data")
 
     def _manifest_log(self) -> int | None:
         """The log number MANIFEST names now, or None if it cannot be read."""

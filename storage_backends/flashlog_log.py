@@ -307,8 +307,9 @@ class PageLog:
     def recover(self, synced: int) -> None:
         """Rebuild the chains from the page headers; the first ``synced`` blocks were synced.
 
-        A damaged page inside the synced part is corruption; past it, a damaged or cut page is
-        the torn tail of the last run (its records are still in the WAL) and is cut off.
+        A damaged page inside the synced part, or a log that ends before it, is corruption;
+        past it, a damaged or cut page is the torn tail of the last run (its records are still
+        in the WAL) and is cut off.
         """
         total = self.file.size() // self.block
         blk = 0
@@ -329,6 +330,9 @@ class PageLog:
             self._register(inst, words, blk, nblocks, bool(flags & EXACT), fences, nrecs,
                            rec_bytes)
             blk += nblocks
+        if blk < synced:
+            raise CorruptionError(f"{self.path.name}: ends at block {blk}, but its first "
+                                  f"{synced} blocks were synced")
         if blk * self.block < self.file.size():
             self.file.truncate(blk * self.block)
         self.end = blk

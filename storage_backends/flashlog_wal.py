@@ -24,6 +24,8 @@ _HEAD = struct.Struct("<IB3xQQQQ")
 #: this WAL that the last good sync covered when it was written (saturating at 2^32 - 1)
 _BLOCK_HEAD = {1: struct.Struct("<H"), 2: struct.Struct("<HI")}
 _SYNCED_MAX = (1 << 32) - 1
+#: WAL numbers are below this: a block's checksum seed (``_seed``) must fit in 64 bits
+NUMBER_LIMIT = 1 << 24
 SPILL = 64 << 10  # pending bytes written out (without sync) in group and none modes
 
 
@@ -145,8 +147,9 @@ def read_wal(io: FileIO, path: Path,
     data = io.read_whole(path)
     (magic, version, number, log_number, synced, garbage) = _HEAD.unpack_from(data) \
         if len(data) >= block else (0, 0, 0, 0, 0, 0)
-    if magic != WAL_MAGIC or version not in _BLOCK_HEAD or not intact(
-            data, 0, block, _seed(number, 0)):
+    # the number picks the seed the header is checked with: its range is checked first
+    if (magic != WAL_MAGIC or version not in _BLOCK_HEAD or number >= NUMBER_LIMIT
+            or not intact(data, 0, block, _seed(number, 0))):
         raise CorruptionError(f"{path.name}: bad WAL header")
     head = _BLOCK_HEAD[version]
     header = WalHeader(number, log_number, synced, garbage)

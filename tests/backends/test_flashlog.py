@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sarp.errors import ConfigMismatchError, SyncFailedError, WritesStoppedError
+from sarp.errors import ConfigMismatchError, CorruptionError, SyncFailedError, WritesStoppedError
 from storage_backends import open_store
 from storage_backends.flashlog import FlashLogStore
 from storage_backends.flashlog_log import PageLog
@@ -327,3 +327,75 @@ def test_a_wal_of_version_1_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         assert wal.read_bytes()[4] == 1  # the version byte
     with _open(tmp_path / "s") as s:
         assert {k: s.get(k) for k in values} == values
+
+
+@pytest.mark.parametrize("byte", range(8, 16))
+def test_a_damaged_wal_number_is_corruption(byte: int, tmp_path: Path) -> None:
+    """The WAL number in the header (bytes 8-15) picks the seed its checksum is checked with;
+    a damaged one, however large, is a bad header (not an overflow of the 64-bit seed)."""
+    path = tmp_path / "s"
+    with _open(path) as s:
+        _load(s, 50, random.Random(10))
+    (wal,) = path.glob("wal.*")
+    data = bytearray(wal.read_bytes())
+    data[byte] ^= 1
+    wal.write_bytes(bytes(data))
+    with pytest.raises(CorruptionError, match=f"{wal.name}: bad WAL header"):
+        _open(path)
+
+
+def test_a_store_without_its_wal_is_corruption(tmp_path: Path) -> None:
+    """MANIFEST is written after the first WAL, so a store with MANIFEST and no WAL is damaged."""
+    path = tmp_path / "s"
+    with _open(path) as s:
+        _load(s, 50, random.Random(11))
+    for wal in path.glob("wal.*"):
+        wal.unlink()
+    with pytest.raises(CorruptionError, match="MANIFEST but no WAL"):
+        _open(path)
+
+
+@pytest.mark.parametrize("state", ["closed", "records in the WAL only", "empty, closed"])
+def test_a_store_without_its_manifest_is_corruption(state: str, tmp_path: Path) -> None:
+    """A directory holding a store's log or WAL files but no MANIFEST is not taken for a new
+    store (whose instance count may differ, routing keys to the wrong pages)."""
+    from storage_backends.io import PowerLossIO
+
+    path = tmp_path / "s"
+    io = PowerLossIO()
+    s = open_store("flashlog", path, durability="sync", memory_budget=64 << 20, instances=4,
+                   io=io)
+    if state != "empty, closed":
+        s.put_many((k, bytes([k]) * 100) for k in range(20))  # stays in page buffers
+    if state == "records in the WAL only":
+        io.crash("drop")
+        assert (path / "log.1").stat().st_size == 0
+    else:
+        s.close()
+    (path / "MANIFEST").unlink()
+    with pytest.raises(CorruptionError, match="no MANIFEST, but .*wal"):
+        _open(path, instances=8)
+
+
+@pytest.mark.parametrize("cut_at", ["wal.1.tmp", "MANIFEST.tmp"])
+def test_a_creation_cut_short_is_started_again(cut_at: str, tmp_path: Path) -> None:
+    """Creation writes an empty log.1, then wal.1, then MANIFEST: a power cut before MANIFEST
+    leaves a directory that the next open creates a store in, as it was asked to."""
+    from storage_backends.io import PowerLossIO
+
+    class CutAt(PowerLossIO):
+        def open(self, p, direct, create=True, *, read_only=False):  # type: ignore[no-untyped-def]
+            if Path(p).name == cut_at:
+                self.crash("drop")
+                raise OSError(errno.EIO, "power cut (simulated)")
+            return super().open(p, direct, create, read_only=read_only)
+
+    path = tmp_path / "s"
+    with pytest.raises(OSError, match="power cut"):
+        _open(path, io=CutAt())
+    assert not (path / "MANIFEST").exists() and (path / "log.1").exists()
+    with _open(path, instances=8) as s:
+        assert s.stats()["instances"] == 8
+        s.put(1, b"x")
+    with _open(path, instances=None) as s:
+        assert s.get(1) == b"x"

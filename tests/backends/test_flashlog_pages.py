@@ -193,3 +193,21 @@ def test_new_keys_are_not_counted_as_garbage(tmp_path: Path) -> None:
         assert st["pages"] > 4 * 20  # chains of 20+ pages
         assert st["garbage_bytes_estimate"] < 0.02 * st["log_record_bytes"]
         assert st["compactions"] == 0
+
+
+@pytest.mark.parametrize("cut", ["empty", "last page"])
+def test_a_log_cut_inside_its_synced_part_is_corruption(cut: str, tmp_path: Path) -> None:
+    """A log shorter than the synced blocks the WAL header records (truncated at a page
+    boundary, so that no page fails its checks) has lost synced pages: CorruptionError at
+    open, not a store missing their records."""
+    rng = random.Random(9)
+    path = tmp_path / "s"
+    with _open(path) as s:
+        s.put_many((k, rng.randbytes(1576)) for k in range(400))
+    pages = _pages(path)
+    assert len(pages) >= 2
+    (log,) = path.glob("log.*")
+    with open(log, "r+b") as f:
+        f.truncate(0 if cut == "empty" else pages[-1][0] * B)
+    with pytest.raises(CorruptionError, match=f"{log.name}: ends at block"):
+        _open(path)
