@@ -7,6 +7,13 @@ The memory budget is split in half: block cache (index and filter blocks include
 memtables (two write buffers of a quarter each). Index and filters are partitioned (two-level),
 with the top level pinned: with a small cache a whole-file index block would be evicted by data
 blocks and read again, megabytes at a time, by nearly every get.
+
+WAL recovery tolerates a torn tail only (``tolerate_corrupted_tail_records``): a record cut
+short at the end of a log, as a crash leaves it, is dropped; a record that fails its checksum
+is damage, and the open raises CorruptionError instead of replaying the log up to it and
+dropping the rest (RocksDB's default, ``point_in_time``). Damage found by the open or a read
+is raised as CorruptionError, any other engine failure of either as StoreError, both naming
+the store.
 """
 
 from __future__ import annotations
@@ -20,18 +27,21 @@ from rocksdict import (
     BlockBasedIndexType,
     BlockBasedOptions,
     Cache,
+    DBRecoveryMode,
     Options,
     Rdict,
     WriteBatch,
     WriteOptions,
 )
 
-from sarp.errors import CorruptionError
+from sarp.errors import CorruptionError, StoreError
 from storage_backends.base import RecordStore
 from storage_backends.io import FileIO
 
 _KEY = struct.Struct(">Q")
 MIN_BUFFER = 64 << 10
+SALVAGE_HINT = ("storage_backends.salvage(path) repairs it (RepairDB), keeping the records it can "
+                "read (for an index's store: sarp rebuild INDEX --salvage)")
 # Integer RocksDB properties reported by stats(), as rocksdb_<name with underscores>.
 PROPERTIES = ("block-cache-usage", "block-cache-capacity", "cur-size-all-mem-tables",
               "estimate-num-keys", "total-sst-files-size", "num-files-at-level0",
@@ -49,7 +59,7 @@ class RocksDBStore(RecordStore):
         with self._claim():
             opts = Options(raw_mode=True)
             opts.create_if_missing(True)
-            self._cache = Cache(max(MIN_BUFFER, memory_budget // 2))
+            self._cache = Cache(max(MIN_BUFFER, self.memory_budget // 2))
             table = BlockBasedOptions()
             table.set_block_cache(self._cache)
             table.set_cache_index_and_filter_blocks(True)
@@ -59,17 +69,32 @@ class RocksDBStore(RecordStore):
             table.set_pin_top_level_index_and_filter(True)
             table.set_pin_l0_filter_and_index_blocks_in_cache(True)
             opts.set_block_based_table_factory(table)
-            opts.set_write_buffer_size(max(MIN_BUFFER, memory_budget // 4))
+            opts.set_write_buffer_size(max(MIN_BUFFER, self.memory_budget // 4))
             opts.set_max_write_buffer_number(2)
             opts.set_max_background_jobs(2)
+            opts.set_wal_recovery_mode(DBRecoveryMode.tolerate_corrupted_tail_records())
             if self.direct_io:
                 opts.set_use_direct_reads(True)
                 opts.set_use_direct_io_for_flush_and_compaction(True)
             self._write_opts = WriteOptions()
             self._write_opts.sync = durability == "sync"
-            # Naming the default column family's options keeps them on reopen: without it rocksdict
-            # takes them from the OPTIONS file, which cannot hold the block cache (8 MiB default).
-            self._db = Rdict(str(self.path / "db"), opts, column_families={"default": opts})
+            self._check_current()
+            try:
+                # Naming the default column family's options keeps them on reopen: without it
+                # rocksdict takes them from the OPTIONS file, which cannot hold the block cache
+                # (8 MiB default).
+                self._db = Rdict(str(self.path / "db"), opts, column_families={"default": opts})
+            except Exception as exc:  # the binding raises plain Exception with RocksDB's status
+                raise self._damage(exc, opening=True) from exc
+
+    def _check_current(self) -> None:
+        """Without ``db/CURRENT`` RocksDB would create a new database and delete the table
+        files as obsolete: with table files there, that is damage, not a new store."""
+        db = self.path / "db"
+        if not (db / "CURRENT").exists() and any(db.glob("*.sst")):
+            raise CorruptionError(f"rocksdb store at {str(self.path)!r}: Corruption: "
+                                  f"{str(db / 'CURRENT')!r} is missing but table files remain; "
+                                  f"{SALVAGE_HINT}")
 
     def _put_many(self, pairs: list[tuple[int, bytes]]) -> None:
         batch = WriteBatch(raw_mode=True)
@@ -92,11 +117,15 @@ class RocksDBStore(RecordStore):
         except Exception as exc:  # the binding raises plain Exception with RocksDB's status
             raise self._damage(exc) from exc
 
-    def _damage(self, exc: Exception) -> Exception:
-        """RocksDB's "Corruption: ..." status as CorruptionError; other errors unchanged."""
-        if str(exc).startswith("Corruption"):
-            return CorruptionError(f"rocksdb store at {str(self.path)!r}: {exc}")
-        return exc
+    def _damage(self, exc: Exception, opening: bool = False) -> CorruptionError | StoreError:
+        """RocksDB's "Corruption: ..." status as CorruptionError, any other as StoreError.
+        ``opening``: a file the open needs (MANIFEST, a table file) is missing, which RocksDB
+        reports as an I/O error, is damage too."""
+        where = f"rocksdb store at {str(self.path)!r}"
+        msg = str(exc)
+        if msg.startswith("Corruption") or opening and "No such file or directory" in msg:
+            return CorruptionError(f"{where}: {msg}" + (f"; {SALVAGE_HINT}" if opening else ""))
+        return StoreError(f"{where}{' cannot open' if opening else ''}: {msg}")
 
     def _scan(self) -> Iterator[tuple[int, bytes]]:
         return self._scan_chunks(self._read_chunk)

@@ -8,12 +8,21 @@ or ``checkpoint_log_bytes`` of log, so recovery replays a bounded log; ``close()
 WiredTiger sessions and cursors are single-threaded, so each thread gets its own pair (created
 on first use, reclaimed once the thread has ended, all closed by ``close()``, which waits
 for the calls other threads are making: ``RecordStore.close``).
+
+Damage is raised as CorruptionError naming the store: a block that fails its checksum (WiredTiger
+stops the connection: WT_PANIC), a table file the open cannot read (``_open_table``), metadata
+WiredTiger asks to salvage (WT_TRY_SALVAGE) and a damaged log file header
+(``_check_log_headers``). WiredTiger's recovery cuts the log at the first record that fails its
+checksum and goes on without an error; no configuration makes it refuse (docs/durability.md).
 """
 
 from __future__ import annotations
 
+import errno
 import functools
+import os
 import re
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -57,6 +66,22 @@ LOG_FILE_MAX = "4MB"
 # take the server embedding the index down with it; corruption_abort=false makes it return.
 NO_ABORT = "debug_mode=(corruption_abort=false)"
 PANIC = wiredtiger.wiredtiger_strerror(wiredtiger.WT_PANIC)
+# What opening the table raises, without stopping the connection, for a file it cannot read as
+# the table's (not a WiredTiger file, shorter than its checkpoint says) or cannot find. Both are
+# damage there; elsewhere WT_ERROR is not (a connection out of sessions raises it too).
+TABLE_DAMAGE = (wiredtiger.wiredtiger_strerror(wiredtiger.WT_ERROR), os.strerror(errno.ENOENT))
+# What wiredtiger_open raises for damaged metadata (WiredTiger.wt) or history store.
+TRY_SALVAGE = wiredtiger.wiredtiger_strerror(wiredtiger.WT_TRY_SALVAGE)
+SALVAGE_HINT = ("storage_backends.salvage(path) repairs it, keeping the records it can read "
+                "(for an index's store: sarp rebuild INDEX --salvage)")
+# A log file (WiredTigerLog.N) opens with a header record: length and checksum (CRC32C of the
+# record with the checksum zeroed), flags, mem_len, then the log's magic number. WiredTiger
+# writes and syncs it before the file takes its name, so a crash cannot tear it.
+LOG_RECORD = struct.Struct("<II")
+LOG_MAGIC = struct.Struct("<I")
+LOG_MAGIC_AT = 16
+LOG_MAGIC_VALUE = 0x101064
+LOG_HEADER_MAX = 64 << 10
 # WiredTiger statistics reported by stats(), as wt_<name>.
 STATS = ("cache_bytes_inuse", "cache_bytes_max", "cache_pages_inuse", "cache_read",
          "cache_write", "cache_bytes_read", "block_read", "block_write", "block_byte_read",
@@ -80,12 +105,16 @@ def _damage_checked(method: F) -> F:
 
 
 class _Handle:
-    """One thread's session and cursor on the records table."""
+    """One thread's session and cursor on the records table (``open_table(session)``)."""
 
-    def __init__(self, conn: Any, thread: threading.Thread):
+    def __init__(self, conn: Any, thread: threading.Thread, open_table: Callable[[Any], Any]):
         self.thread = thread
         self.session = conn.open_session()
-        self.cursor = self.session.open_cursor(TABLE)
+        try:
+            self.cursor = open_table(self.session)
+        except BaseException:
+            self.session.close()
+            raise
 
 
 class WiredTigerStore(RecordStore):
@@ -93,6 +122,7 @@ class WiredTigerStore(RecordStore):
 
     kind = "wiredtiger"
     DENSE_KEYS = {"leaf_page_kb": DENSE_LEAF_PAGE_KB}
+    _SALVAGING = False  # the open of ``salvage``: see ``_SalvageStore``
 
     def __init__(self, path: str | Path, memory_budget: int = 64 << 20,
                  durability: str = "sync", direct_io: bool = True,
@@ -100,16 +130,17 @@ class WiredTigerStore(RecordStore):
                  leaf_page_kb: int = LEAF_PAGE_KB):
         """``leaf_page_kb`` (a multiple of 4) applies when the table is created; an existing
         table keeps its own (``stats()["leaf_page_kb"]``)."""
-        check_int(checkpoint_seconds, "checkpoint_seconds", 0, 100_000)
-        check_int(checkpoint_log_bytes, "checkpoint_log_bytes", 0, 2 << 30)
-        if check_int(leaf_page_kb, "leaf_page_kb", 4, MAX_LEAF_PAGE_KB) % 4:
+        checkpoint_seconds = check_int(checkpoint_seconds, "checkpoint_seconds", 0, 100_000)
+        checkpoint_log_bytes = check_int(checkpoint_log_bytes, "checkpoint_log_bytes", 0, 2 << 30)
+        leaf_page_kb = check_int(leaf_page_kb, "leaf_page_kb", 4, MAX_LEAF_PAGE_KB)
+        if leaf_page_kb % 4:
             raise ValueError(f"leaf_page_kb must be a multiple of 4 in [4, {MAX_LEAF_PAGE_KB}], "
                              f"got {leaf_page_kb}")
         super().__init__(path, memory_budget, durability, direct_io)
         with self._claim():
             home = self.path / "wt"
             home.mkdir(exist_ok=True)
-            self._cache_size = max(MIN_CACHE, memory_budget)
+            self._cache_size = max(MIN_CACHE, self.memory_budget)
             self._txn_bytes = max(16 << 10, self._cache_size // TXN_CACHE_FRACTION)
             config = (f"create,cache_size={self._cache_size},session_max={SESSION_MAX},"
                       f"log=(enabled=true,remove=true,file_max={LOG_FILE_MAX}),"
@@ -118,9 +149,18 @@ class WiredTigerStore(RecordStore):
                       f"{NO_ABORT}")
             if self.direct_io:
                 config += ",direct_io=[data,checkpoint]"
+            if self._SALVAGING:
+                config += ",salvage=true"  # WiredTiger's salvage of its metadata and logs
+            else:
+                self._check_log_headers(home)
             try:
                 self._conn = self._connect(home, config)
             except wiredtiger.WiredTigerError as e:  # any but a panic (CorruptionError)
+                if TRY_SALVAGE in str(e):
+                    raise CorruptionError(
+                        f"wiredtiger store at {str(self.path)!r}: WiredTiger found its metadata "
+                        f"damaged ({e}); its report on stderr names the file; {SALVAGE_HINT}") \
+                        from e
                 raise StoreError(f"cannot open WiredTiger at {str(home)!r} ({config}): {e}") \
                     from e
             self._local = threading.local()
@@ -135,15 +175,51 @@ class WiredTigerStore(RecordStore):
                     pass  # stopped by a panic, which the setup raised
                 raise
 
+    def _check_log_headers(self, home: Path) -> None:
+        """Raise CorruptionError for a log file whose header record fails its checks.
+
+        A crash cannot tear a header (LOG_RECORD), but WiredTiger's recovery reads a damaged
+        one as the torn end of the log: it drops the log from there without an error, with
+        every record committed since the last checkpoint, and the table itself if it was
+        created since (it then moves ``records.wt`` aside and creates an empty table)."""
+        for log in sorted(home.glob("WiredTigerLog.*")):
+            with open(log, "rb") as f:
+                head = f.read(LOG_HEADER_MAX)
+            fault = _log_header_fault(head)
+            if fault is not None:
+                raise CorruptionError(
+                    f"wiredtiger store at {str(self.path)!r}: the header of log file "
+                    f"{str(log)!r} is damaged ({fault}), and WiredTiger's recovery would drop "
+                    f"the records logged since the last checkpoint without an error; "
+                    f"{SALVAGE_HINT}, without those records")
+
     @_damage_checked
     def _connect(self, home: Path, config: str) -> Any:
         return wiredtiger.wiredtiger_open(str(home), config)
 
+    def _open_table(self, session: Any) -> Any:
+        """A cursor on the records table. Opening the table reads its file's descriptor and
+        checkpoint: a file WiredTiger cannot read there, or cannot find, is CorruptionError
+        (``TABLE_DAMAGE``); WiredTiger's report on stderr names the fault."""
+        try:
+            return session.open_cursor(TABLE)
+        except wiredtiger.WiredTigerError as exc:
+            if str(exc) not in TABLE_DAMAGE:
+                raise
+            raise CorruptionError(
+                f"wiredtiger store at {str(self.path)!r}: WiredTiger cannot read the table "
+                f"file {FILE.removeprefix('file:')} ({exc}): it is damaged or missing; its "
+                f"report on stderr names the fault; {SALVAGE_HINT}") from exc
+
     @_damage_checked
     def _setup(self, leaf_page_kb: int) -> int:
-        """Create the table if it is new; its leaf page size in KiB."""
+        """Create the table if it is new and open it, so that a table file WiredTiger cannot
+        read is found by the open (``_open_table``), not by the first read (salvage reads it
+        itself). Returns the table's leaf page size in KiB."""
         setup = self._conn.open_session()
         setup.create(TABLE, f"key_format=Q,value_format=u,leaf_page_max={leaf_page_kb}KB")
+        if not self._SALVAGING:
+            self._open_table(setup).close()
         meta = setup.open_cursor("metadata:")
         meta.set_key(FILE)
         meta.search()
@@ -153,9 +229,18 @@ class WiredTigerStore(RecordStore):
 
     @_damage_checked
     def _salvage(self) -> None:
+        """Salvage the table, also a file whose descriptor block is damaged (``force``); a
+        table file that is gone leaves no block to keep: the table is created again, empty."""
         session = self._conn.open_session()
         try:
-            session.salvage(TABLE, None)
+            try:
+                session.salvage(TABLE, "force=true")
+            except wiredtiger.WiredTigerError as exc:
+                if str(exc) != os.strerror(errno.ENOENT):
+                    raise
+                session.drop(TABLE, "force=true")
+                session.create(TABLE, f"key_format=Q,value_format=u,"
+                                      f"leaf_page_max={self.leaf_page_kb}KB")
         finally:
             session.close()
 
@@ -173,7 +258,7 @@ class WiredTigerStore(RecordStore):
                 for dead in [d for d in self._handles if not d.thread.is_alive()]:
                     dead.session.close()
                     self._handles.remove(dead)
-                h = _Handle(self._conn, threading.current_thread())
+                h = _Handle(self._conn, threading.current_thread(), self._open_table)
                 self._handles.append(h)
             self._local.handle = h
         return h
@@ -308,8 +393,52 @@ def salvage(path: str | Path) -> None:
 
     Records on damaged blocks are lost, and an older version of a record may come back in
     place of a lost newer one. The store must not be open elsewhere (its lock is taken)."""
-    with WiredTigerStore(path, direct_io=False) as store:
+    with _SalvageStore(path, direct_io=False) as store:
         store._salvage()
+
+
+class _SalvageStore(WiredTigerStore):
+    """The store opened by ``salvage``: WiredTiger salvages damaged metadata and logs as it
+    opens (``salvage=true``; a damaged log is cut where the damage starts), the log headers
+    are not checked and the table is not read until its salvage."""
+
+    _SALVAGING = True
+
+
+def _crc32c_table() -> list[int]:
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+        table.append(crc)
+    return table
+
+
+_CRC32C = _crc32c_table()
+
+
+def _crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli), WiredTiger's checksum; for the short log header only."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = _CRC32C[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def _log_header_fault(head: bytes) -> str | None:
+    """What is wrong with the header record at the start of a log file, or None."""
+    if len(head) < LOG_MAGIC_AT + LOG_MAGIC.size:
+        return f"the file holds {len(head)} bytes, less than a header"
+    length, checksum = LOG_RECORD.unpack_from(head)
+    if not LOG_MAGIC_AT + LOG_MAGIC.size <= length <= len(head):
+        return f"record length {length}"
+    record = head[:4] + bytes(4) + head[8:length]
+    if _crc32c(record) != checksum:
+        return "checksum mismatch"
+    if LOG_MAGIC.unpack_from(head, LOG_MAGIC_AT)[0] != LOG_MAGIC_VALUE:
+        return "bad magic number"
+    return None
 
 
 def _leaf_page_kb(file_config: str) -> int:

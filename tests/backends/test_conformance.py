@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from sarp.errors import (
@@ -399,7 +400,49 @@ def test_bad_open_arguments(kind: str, tmp_path: Path) -> None:
         open_store([kind], tmp_path / "e")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="dense_keys must be a bool"):
         open_store(kind, tmp_path / "f", dense_keys="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="path must be a str or os.PathLike"):
+        open_store(kind, None)  # type: ignore[arg-type]
+    for bad in ("", "a\0b"):
+        with pytest.raises(ValueError, match="path must be a non-empty path"):
+            open_store(kind, bad)
     assert list(tmp_path.iterdir()) == []
+
+
+class _Index:
+    """An integer by ``__index__`` only: taken as the int it stands for."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __index__(self) -> int:
+        return self.n
+
+
+def test_an_integer_option_is_used_as_the_int_it_was_checked_as(kind: str, open_kind: Any,
+                                                                  tmp_path: Path) -> None:
+    """A numpy integer or an object with ``__index__`` passes the check, and the store then
+    uses the checked int (not the object, which numpy arithmetic could overflow)."""
+    options: dict[str, Any] = {"memory_budget": _Index(BUDGET)}
+    options.update({"flashlog": {"instances": np.uint16(2)},
+                    "odirect": {"max_value_size": np.int32(8000)},
+                    "wiredtiger": {"checkpoint_seconds": _Index(30),
+                                   "leaf_page_kb": np.int64(32)}}.get(kind, {}))
+    with open_kind(kind, tmp_path / "s", **options) as s:
+        assert type(s.memory_budget) is int and s.memory_budget == BUDGET
+        s.put(3, b"x" * 5000)
+        assert s.get(3) == b"x" * 5000
+        st = s.stats()
+        if kind == "flashlog":
+            assert st["instances"] == 2
+        if kind == "odirect":
+            assert st["max_value_size"] == 8000
+
+
+def test_flush_takes_a_bool(store: RecordStore) -> None:
+    for bad in ("no", 5, None):
+        with pytest.raises(TypeError, match="durable must be a bool"):
+            store.flush(durable=bad)  # type: ignore[arg-type]
+    store.flush(durable=True)
 
 
 def test_path_is_a_file(kind: str, open_kind: Any, tmp_path: Path) -> None:

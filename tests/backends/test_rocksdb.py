@@ -1,16 +1,21 @@
 """RocksDB specifics: damage that RocksDB's block checksums find is a CorruptionError, and
-salvage (RepairDB) keeps the intact table files."""
+salvage (RepairDB) keeps the intact table files. Damage the open finds is a CorruptionError
+too, a WAL record damaged inside the log included; a WAL cut short by a crash is a torn tail."""
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import storage_backends
-from sarp.errors import CorruptionError, StoreLockedError
+from sarp.errors import CorruptionError, StoreError, StoreLockedError
 
 from .conftest import ENGINES
 
@@ -64,3 +69,130 @@ def test_salvage_keeps_the_intact_table_files_and_drops_the_damaged_one(open_kin
     kept = {**batches[0], **batches[1]}
     assert dict(again.scan()) == kept  # the damaged file's records are gone, the rest intact
     assert again.get_many(list(batches[2])) == [None] * 1000
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _flip(file: Path, at: int) -> None:
+    raw = bytearray(file.read_bytes())
+    raw[at] ^= 0x40
+    file.write_bytes(bytes(raw))
+
+
+def _only(db: Path, pattern: str) -> Path:
+    (found,) = db.glob(pattern)
+    return found
+
+
+def _unlink(*files: Path) -> None:
+    for file in files:
+        file.unlink()
+
+
+def _cut(file: Path) -> None:
+    file.write_bytes(file.read_bytes()[:file.stat().st_size // 2])
+
+
+# Damage to the files a closed store opens with; whether the table file survives it.
+OPEN_DAMAGE: dict[str, tuple[Callable[[Path], object], bool]] = {
+    "CURRENT flipped": (lambda db: _flip(db / "CURRENT", 3), True),
+    "MANIFEST record flipped": (lambda db: _flip(_only(db, "MANIFEST-*"), 10), True),
+    "MANIFEST missing": (lambda db: _only(db, "MANIFEST-*").unlink(), True),
+    "CURRENT missing": (lambda db: (db / "CURRENT").unlink(), True),
+    # RocksDB would take this for a new database and delete the table file as obsolete
+    "CURRENT and WAL missing": (lambda db: _unlink(db / "CURRENT", *db.glob("*.log")), True),
+    "table file cut short": (lambda db: _cut(_only(db, "*.sst")), False),
+    "table file missing": (lambda db: _only(db, "*.sst").unlink(), False),
+}
+
+
+@pytest.mark.parametrize("damage", OPEN_DAMAGE)
+def test_damage_found_by_the_open_is_corruption_naming_the_store(
+        damage: str, open_kind: Any, tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    store = open_kind("rocksdb", path, durability="sync")
+    values = {k: os.urandom(200) for k in range(3000)}
+    store.put_many(list(values.items()))
+    store.close()  # one table file, and the WAL that followed it
+    damage_files, table_survives = OPEN_DAMAGE[damage]
+    damage_files(path / "db")
+    for _ in range(2):  # the failed open changed nothing and released the store
+        with pytest.raises(CorruptionError) as info:
+            open_kind("rocksdb", path, durability="sync")
+        assert str(path) in str(info.value) and "salvage" in str(info.value)
+    assert storage_backends.salvage(path) == "rocksdb"
+    again = open_kind("rocksdb", path, durability="sync")
+    assert dict(again.scan()) == (values if table_survives else {})
+
+
+def test_an_open_failure_that_is_not_damage_is_a_store_error(open_kind: Any,
+                                                              tmp_path: Path) -> None:
+    from rocksdict import Options, Rdict
+
+    path = tmp_path / "s"
+    open_kind("rocksdb", path, durability="sync").close()
+    held = Rdict(str(path / "db"), Options(raw_mode=True))  # RocksDB's own lock, not the store's
+    try:
+        with pytest.raises(StoreError, match="lock") as info:
+            open_kind("rocksdb", path, durability="sync")
+        assert not isinstance(info.value, CorruptionError) and str(path) in str(info.value)
+    finally:
+        held.close()
+    open_kind("rocksdb", path, durability="sync").close()
+
+
+# Puts 300 records under ``sync`` (each one's WAL record synced before put returns), then dies:
+# the records are in the WAL only.
+_CRASH_WRITER = """
+import os, signal, sys
+from storage_backends import open_store
+store = open_store("rocksdb", sys.argv[1], 8 << 20, "sync", direct_io=False)
+for key in range(300):
+    store.put(key, bytes([key % 251]) * 1000)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _crashed_wal(path: Path) -> Path:
+    """The WAL of a store at ``path`` killed after 300 synced puts."""
+    run = subprocess.run([sys.executable, "-c", _CRASH_WRITER, str(path)], capture_output=True,
+                         text=True, timeout=120, cwd=ROOT)
+    assert run.returncode == -signal.SIGKILL, run.stderr[-2000:]
+    assert not list((path / "db").glob("*.sst"))
+    (wal,) = [w for w in (path / "db").glob("*.log") if w.stat().st_size]
+    return wal
+
+
+def _written(keys: Any) -> dict[int, bytes]:
+    return {k: bytes([k % 251]) * 1000 for k in keys}
+
+
+def test_a_damaged_wal_record_is_corruption_not_the_end_of_the_log(open_kind: Any,
+                                                                   tmp_path: Path) -> None:
+    """A crash cuts the WAL short but does not damage a record inside it. RocksDB's default
+    recovery (point_in_time) would replay the log up to the damaged record and drop the
+    synced records after it without an error; the store's mode raises instead."""
+    path = tmp_path / "s"
+    wal = _crashed_wal(path)
+    _flip(wal, wal.stat().st_size // 2)
+    for _ in range(2):
+        with pytest.raises(CorruptionError, match="checksum mismatch") as info:
+            open_kind("rocksdb", path, durability="sync")
+        assert str(path) in str(info.value) and "salvage" in str(info.value)
+    # RepairDB reads the WAL past the damaged block: the records after it are kept
+    assert storage_backends.salvage(path) == "rocksdb"
+    found = dict(open_kind("rocksdb", path, durability="sync").scan())
+    assert found == _written(found) and 250 < len(found) < 300 and 299 in found
+
+
+@pytest.mark.parametrize("cut", [1, 500])
+def test_a_wal_cut_short_by_a_crash_is_a_torn_tail(cut: int, open_kind: Any,
+                                                   tmp_path: Path) -> None:
+    """A crash may end the WAL inside its last record (a write cut short): that record was
+    never acknowledged, and the open drops it without an error."""
+    path = tmp_path / "s"
+    wal = _crashed_wal(path)
+    wal.write_bytes(wal.read_bytes()[:-cut])
+    store = open_kind("rocksdb", path, durability="sync")
+    assert dict(store.scan()) == _written(range(299))

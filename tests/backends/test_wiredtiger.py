@@ -1,15 +1,21 @@
 """The wiredtiger engine: leaf page size (by key pattern, fixed at creation), rollbacks under a
-full cache, and damaged data (CorruptionError, never an aborted process)."""
+full cache, and damaged data (CorruptionError, never an aborted process), also damage the open
+finds: a table file it cannot read, damaged metadata, a damaged log file header."""
 
 import json
 import random
+import shutil
+import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import wiredtiger
 
+import storage_backends
+from sarp.errors import CorruptionError
 from storage_backends import open_store, wiredtiger_store
 from storage_backends.wiredtiger_store import (
     DENSE_LEAF_PAGE_KB,
@@ -149,3 +155,120 @@ def test_a_damaged_block_is_corruption_and_stops_the_store(tmp_path: Path) -> No
     for _ in range(2):
         assert _read_in_subprocess(path, [7, 1500, 7]) == [
             intact, "corruption", "corruption", "corruption"]
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _flip(file: Path, at: int) -> None:
+    raw = bytearray(file.read_bytes())
+    raw[at] ^= 0x40
+    file.write_bytes(bytes(raw))
+
+
+def _closed_store(path: Path) -> dict[int, bytes]:
+    rng = random.Random(5)
+    values = {k: rng.randbytes(500) for k in range(3000)}
+    with WiredTigerStore(path, 1 << 20, "sync", direct_io=False) as store:
+        store.put_many(values.items())
+    return values
+
+
+def _open_fails(path: Path, match: str) -> None:
+    """Opening the store raises CorruptionError naming it and salvage, and changes nothing:
+    a second open raises the same."""
+    for _ in range(2):
+        with pytest.raises(CorruptionError, match=match) as info:
+            WiredTigerStore(path, 1 << 20, "sync", direct_io=False)
+        assert str(path) in str(info.value) and "salvage" in str(info.value)
+
+
+def _salvaged(path: Path) -> dict[int, bytes]:
+    assert storage_backends.salvage(path) == "wiredtiger"
+    with WiredTigerStore(path, 1 << 20, "sync", direct_io=False) as store:
+        return dict(store.scan())
+
+
+# Damage to the table file of a closed store: none stops the connection (no WT_PANIC); before
+# the open read the table, the first read raised WiredTiger's bare error.
+TABLE_DAMAGE: dict[str, Callable[[Path], object]] = {
+    "first byte flipped": lambda f: _flip(f, 0),
+    "first page zeroed": lambda f: f.write_bytes(bytes(4096) + f.read_bytes()[4096:]),
+    "cut short": lambda f: f.write_bytes(f.read_bytes()[:f.stat().st_size // 2]),
+    "deleted": lambda f: f.unlink(),
+}
+
+
+@pytest.mark.parametrize("damage", TABLE_DAMAGE)
+def test_a_table_file_the_open_cannot_read_is_corruption(damage: str, tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    values = _closed_store(path)
+    TABLE_DAMAGE[damage](path / "wt" / "records.wt")
+    _open_fails(path, "cannot read the table file records.wt")
+    found = _salvaged(path)
+    if damage == "deleted":
+        assert found == {}  # no block left to keep: the table is empty again
+    elif damage == "cut short":
+        assert 0 < len(found) < len(values) and all(values[k] == v for k, v in found.items())
+    else:
+        assert found == values  # the records are on intact blocks
+
+
+def test_damaged_metadata_is_corruption_then_salvaged(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    values = _closed_store(path)
+    metadata = path / "wt" / "WiredTiger.wt"
+    _flip(metadata, metadata.stat().st_size - 100)  # in the blocks of its last checkpoint
+    _open_fails(path, "metadata damaged")
+    assert _salvaged(path) == values
+
+
+def test_metadata_that_salvage_cannot_read_stays_corruption(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    _closed_store(path)
+    _flip(path / "wt" / "WiredTiger.wt", 0)  # its descriptor block: WiredTiger's salvage stops
+    _open_fails(path, "metadata damaged")
+    with pytest.raises(CorruptionError, match="metadata damaged"):
+        storage_backends.salvage(path)
+
+
+# Puts 300 records under ``sync`` (each commit's log record synced), then dies before any
+# checkpoint: the records, and the table's creation, are in the log only.
+_CRASH_WRITER = """
+import os, signal, sys
+from storage_backends import open_store
+store = open_store("wiredtiger", sys.argv[1], 1 << 20, "sync", direct_io=False)
+for key in range(300):
+    store.put(key, bytes([key % 251]) * 1000)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("at", [0, 20])  # the header record's length, the log's magic number
+def test_a_damaged_log_header_is_corruption_not_an_empty_log(at: int, tmp_path: Path) -> None:
+    """A crash cannot tear a log file's header (it is synced before the file takes its name),
+    but WiredTiger's recovery takes a damaged one for a torn record and drops the log: here
+    every record and the table itself (it moves records.wt aside and creates an empty one)."""
+    path = tmp_path / "s"
+    run = subprocess.run([sys.executable, "-c", _CRASH_WRITER, str(path)], capture_output=True,
+                         text=True, timeout=120, cwd=ROOT)
+    assert run.returncode == -signal.SIGKILL, run.stderr[-2000:]
+    intact = tmp_path / "intact"
+    shutil.copytree(path, intact)
+    with WiredTigerStore(intact, 1 << 20, "sync", direct_io=False) as store:  # headers pass
+        assert dict(store.scan()) == {k: bytes([k % 251]) * 1000 for k in range(300)}
+    (log,) = (path / "wt").glob("WiredTigerLog.*")
+    _flip(log, at)
+    _open_fails(path, "header of log file .*WiredTigerLog.* is damaged")
+    assert not list((path / "wt").glob("records.wt.*"))  # nothing was moved aside
+
+
+def test_log_header_faults_are_named() -> None:
+    length, magic = wiredtiger_store.LOG_RECORD.size, wiredtiger_store.LOG_MAGIC_AT
+    assert "less than a header" in str(wiredtiger_store._log_header_fault(bytes(magic)))
+    assert "record length 0" in str(wiredtiger_store._log_header_fault(bytes(128)))
+    assert wiredtiger_store._crc32c(b"123456789") == 0xE3069283  # CRC-32C's check value
+    record = bytearray(128)
+    record[:length] = wiredtiger_store.LOG_RECORD.pack(128, 0)
+    record[4:8] = wiredtiger_store._crc32c(bytes(record)).to_bytes(4, "little")
+    assert wiredtiger_store._log_header_fault(bytes(record)) == "bad magic number"
