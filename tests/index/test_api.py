@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import time
 from pathlib import Path
 
 import numpy as np
@@ -272,6 +273,34 @@ def test_an_insert_shorter_than_a_block_returns_the_same_counters(tmp_path):
 def test_rebuild_names_a_bad_path(call):
     with pytest.raises(TypeError, match="path must be a str or os.PathLike, got int"):
         call(3)
+
+
+def test_snapshots_follow_the_time_schedule(tmp_path):
+    """``snapshot_every_seconds``: an insert made once the interval has passed since the last
+    snapshot takes one; inserts within the interval do not."""
+    with sarp.open(tmp_path / "i", backend="memory", snapshot_every_seconds=1.0) as index:
+        index.insert(tokens=tokens(64))
+        assert index.counters["snapshots"] == 0  # within the interval since the open
+        time.sleep(1.1)
+        index.insert(tokens=tokens(64) + 1)
+        assert index.counters["snapshots"] == 1
+        index.insert(tokens=tokens(64) + 2)
+        assert index.counters["snapshots"] == 1
+
+
+def test_a_namespace_keeps_equal_tokens_apart(tmp_path):
+    """Block IDs chain from a seed of the index's namespace (model, LoRA, salt): the same
+    tokens under another namespace are other blocks, and match nothing here."""
+    seq = tokens(320)
+    with sarp.open(tmp_path / "i", backend="memory", namespace=b"model-a") as index:
+        index.insert(tokens=seq)
+        assert index.match(tokens=seq, namespace=b"model-a").num_blocks == 20
+        own = sarp.block_ids(seq, 16, b"model-a")
+        assert index.match(block_ids=own).num_blocks == 20
+        assert index.match(block_ids=sarp.block_ids(seq, 16, b"model-b")).num_blocks == 0
+        assert index.match(block_ids=sarp.block_ids(seq, 16)).num_blocks == 0
+        with pytest.raises(ValueError, match="namespace differs"):
+            index.match(tokens=seq, namespace=b"model-b")
 
 
 def test_numpy_integers_are_taken_as_integers(tmp_path):

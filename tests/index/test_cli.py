@@ -79,3 +79,20 @@ def test_an_os_error_is_reported_in_one_line(index_path, command, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"sarp {command}: ") and "Is a directory" in err
     assert "Traceback" not in err and len(err.splitlines()) == 1
+
+
+def test_stats_recovers_and_cuts_a_torn_journal_tail(tmp_path, capsys):
+    """``sarp stats`` opens the index as ``sarp.open`` does: a torn tail of the newest journal
+    (bytes a crash left after its last record) is cut, and the report says how many bytes."""
+    path = tmp_path / "i"
+    with sarp.open(path, backend="odirect", snapshot_on_close=False) as index:
+        index.insert(tokens=np.arange(640))
+    journal = max(path.glob("journal-*.log"))
+    whole = journal.stat().st_size
+    with open(journal, "ab") as f:
+        f.write(b"\x07" * 37)  # a record cut short by a crash
+    assert main(["stats", str(path)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["recovery"]["torn_tail_bytes"] == 37
+    assert report["recovery"]["journal_records"] >= 1 and report["indexed_blocks"] == 40
+    assert journal.stat().st_size == whole

@@ -117,12 +117,21 @@ def race(body, rounds: int) -> list[list[int]]:
 @pytest.mark.parametrize("backend", ["memory", "wiredtiger", "odirect"])
 def test_racing_extensions_of_one_segment_all_survive(tmp_path, backend):
     """Threads extend the same stored segment with different suffixes at once: every
-    acknowledged sequence keeps matching in full (no extension overwrites another)."""
+    acknowledged sequence keeps matching in full (no extension overwrites another). Each
+    write waits a moment first, so that the other threads match meanwhile: without the
+    window's lock they would read the segment it is about to extend."""
     path = tmp_path / "i"
     index = sarp.open(path, backend=backend, durability="group", block_size=1,
                       background=False, **SMALL)
     base = list(range(1000, 1003))
     index.insert(tokens=base)
+    put_all = index.segments.put_all
+
+    def waiting_put_all(records, **kw):
+        time.sleep(0.001)  # releases the GIL: the other threads run their inserts' matches
+        put_all(records, **kw)
+
+    index.segments.put_all = waiting_put_all
 
     def body(t: int, r: int) -> list[int]:
         seq = base + [t, r % 7, r]  # shares the segment's prefix, then diverges
