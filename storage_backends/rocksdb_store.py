@@ -12,16 +12,16 @@ WAL recovery tolerates a torn tail only (``tolerate_corrupted_tail_records``): a
 short at the end of a log, as a crash leaves it, is dropped; a record that fails its checksum
 is damage, and the open raises CorruptionError instead of replaying the log up to it and
 dropping the rest (RocksDB's default, ``point_in_time``). Damage found by the open or a read
-is raised as CorruptionError, any other engine failure of either as StoreError, both naming
-the store.
+is raised as CorruptionError, any other engine failure (of those, a write, a flush or the
+close) as StoreError, both naming the store.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from rocksdict import (
     BlockBasedIndexType,
@@ -39,6 +39,7 @@ from storage_backends.base import RecordStore
 from storage_backends.io import FileIO
 
 _KEY = struct.Struct(">Q")
+T = TypeVar("T")
 MIN_BUFFER = 64 << 10
 SALVAGE_HINT = ("storage_backends.salvage(path) repairs it (RepairDB), keeping the records it can "
                 "read (for an index's store: sarp rebuild INDEX --salvage)")
@@ -100,22 +101,28 @@ class RocksDBStore(RecordStore):
         batch = WriteBatch(raw_mode=True)
         for key, value in pairs:
             batch.put(_KEY.pack(key), value)
-        self._db.write(batch, self._write_opts)
+        self._engine(lambda: self._db.write(batch, self._write_opts))
         self._count_sync()
 
     def _delete(self, key: int) -> None:
-        self._db.delete(_KEY.pack(key), self._write_opts)
+        self._engine(lambda: self._db.delete(_KEY.pack(key), self._write_opts))
         self._count_sync()
+
+    def _engine(self, call: Callable[[], T]) -> T:
+        """``call()`` of the engine, its failure raised as the package's (``_damage``). After a
+        failed write RocksDB refuses later writes until reopened."""
+        try:
+            return call()
+        except Exception as exc:  # the binding raises plain Exception with RocksDB's status
+            raise self._damage(exc) from exc
 
     def _count_sync(self) -> None:
         if self.durability == "sync":
             self._count(syncs=1)
 
     def _get_many(self, keys: list[int]) -> list[bytes | None]:
-        try:
-            return cast("list[bytes | None]", self._db.get([_KEY.pack(k) for k in keys]))
-        except Exception as exc:  # the binding raises plain Exception with RocksDB's status
-            raise self._damage(exc) from exc
+        return cast("list[bytes | None]",
+                    self._engine(lambda: self._db.get([_KEY.pack(k) for k in keys])))
 
     def _damage(self, exc: Exception, opening: bool = False) -> CorruptionError | StoreError:
         """RocksDB's "Corruption: ..." status as CorruptionError, any other as StoreError.
@@ -145,12 +152,12 @@ class RocksDBStore(RecordStore):
         return rows
 
     def _flush(self, sync: bool) -> None:
-        self._db.flush_wal(sync)
+        self._engine(lambda: self._db.flush_wal(sync))
         if sync:
             self._count(syncs=1)
 
     def _close(self) -> None:
-        self._db.close()
+        self._engine(self._db.close)
 
     def _engine_stats(self) -> dict[str, Any]:
         return {"rocksdb_" + p.replace("-", "_"): self._db.property_int_value("rocksdb." + p)

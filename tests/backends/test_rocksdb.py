@@ -142,6 +142,23 @@ def test_an_open_failure_that_is_not_damage_is_a_store_error(open_kind: Any,
     open_kind("rocksdb", path, durability="sync").close()
 
 
+def test_an_engine_failure_of_a_write_is_a_store_error(open_kind: Any, tmp_path: Path) -> None:
+    """The binding raises a plain Exception with RocksDB's status; a write's is raised as the
+    package's StoreError naming the store (here the engine's database handle, closed under the
+    store, stands in for a device that fails its writes)."""
+    path = tmp_path / "s"
+    store = open_kind("rocksdb", path, durability="sync")
+    store.put(1, b"kept")
+    store._db.close()
+    for write in (lambda: store.put(2, b"x"), lambda: store.delete(1), store.flush):
+        with pytest.raises(StoreError) as info:
+            write()
+        assert str(path) in str(info.value) and not isinstance(info.value, CorruptionError)
+    with pytest.raises(StoreError):
+        store.close()  # closed all the same, its lock released
+    assert open_kind("rocksdb", path, durability="sync").get(1) == b"kept"
+
+
 # Puts 300 records under ``sync`` (each one's WAL record synced before put returns), then dies:
 # the records are in the WAL only.
 _CRASH_WRITER = """
