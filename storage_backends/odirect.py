@@ -238,10 +238,14 @@ class ODirectStore(RecordStore):
         if n < len(view):
             view[n:] = bytes(len(view) - n)
 
-    def _read_both(self, buf: Any, slot: int) -> tuple[int, int, int, int, int, int]:
-        """``_newest`` of ``slot``'s two copies, read into ``buf`` (copy c at c * V)."""
+    def _read_copies(self, buf: Any, slot: int) -> None:
+        """Read ``slot``'s two copies into ``buf``, copy c at c * V."""
         self._read(buf, slot, 0)
         self._read(buf, slot, 1, self._vbytes)
+
+    def _read_both(self, buf: Any, slot: int) -> tuple[int, int, int, int, int, int]:
+        """``_newest`` of ``slot``'s two copies, read into ``buf`` (``_read_copies``)."""
+        self._read_copies(buf, slot)
         return self._newest(buf, (0, self._vbytes), slot)
 
     def _write_versions(self, versions: list[tuple[int, int, int, bytes]]) -> None:
@@ -334,8 +338,7 @@ class ODirectStore(RecordStore):
             buf = aligned_buffer(2 * self._vbytes)
             view = memoryview(buf)
             for slot in range(self._nslots):
-                self._read(buf, slot, 0)
-                self._read(buf, slot, 1, self._vbytes)
+                self._read_copies(buf, slot)
                 yield slot, view, (0, self._vbytes)
             return
         extents = SCAN_BYTES // self._extent_bytes  # per read
