@@ -18,7 +18,7 @@ from typing import Any
 
 from sarp._core.hashing import xxh64
 from sarp.checks import check_int
-from sarp.errors import ConfigMismatchError, CorruptionError, SyncFailedError
+from sarp.errors import BadLengthError, ConfigMismatchError, CorruptionError, SyncFailedError
 from storage_backends import bloom
 from storage_backends.base import RecordStore, check_io
 from storage_backends.flashlog_log import BATCH_END, MAX_PAGE_KEYS, PUT, REC, TOMBSTONE, PageLog
@@ -100,7 +100,7 @@ class FlashLogStore(RecordStore):
     def _open_manifest(self, instances: int | None) -> tuple[int, ...]:
         mpath = self.path / "MANIFEST"
         if mpath.exists():
-            found = _MANIFEST.unpack(read_superblock(self._io, mpath, MANIFEST_MAGIC))
+            found = self._read_manifest()
             if instances is not None and instances != found[0]:
                 raise ConfigMismatchError(f"instances={instances}, but the store at "
                                           f"{str(self.path)!r} has {found[0]}")
@@ -137,10 +137,21 @@ class FlashLogStore(RecordStore):
     def _manifest_log(self) -> int | None:
         """The log number MANIFEST names now, or None if it cannot be read."""
         try:
-            return _MANIFEST.unpack(read_superblock(self._io, self.path / "MANIFEST",
-                                                    MANIFEST_MAGIC))[2]
+            return self._read_manifest()[2]
         except (OSError, CorruptionError):
             return None
+
+    def _read_manifest(self) -> tuple[int, ...]:
+        """MANIFEST's fields; a checksummed payload of another length, or with no instance or
+        no block size, is damage too."""
+        payload = read_superblock(self._io, self.path / "MANIFEST", MANIFEST_MAGIC)
+        if len(payload) != _MANIFEST.size:
+            raise BadLengthError(f"MANIFEST: payload of {len(payload)} bytes, expected "
+                                 f"{_MANIFEST.size}")
+        found = _MANIFEST.unpack(payload)
+        if found[0] < 1 or found[1] < 1:
+            raise CorruptionError(f"MANIFEST: {found[0]} instances of {found[1]}-byte blocks")
+        return found
 
     def _write_manifest(self, log: PageLog, wal_number: int, wal_blocks: int) -> None:
         write_superblock(self._io, self.path / "MANIFEST", MANIFEST_MAGIC, _MANIFEST.pack(

@@ -151,6 +151,9 @@ def read_wal(io: FileIO, path: Path,
     if (magic != WAL_MAGIC or version not in _BLOCK_HEAD or number >= NUMBER_LIMIT
             or not intact(data, 0, block, _seed(number, 0))):
         raise CorruptionError(f"{path.name}: bad WAL header")
+    if path.name != wal_path(path.parent, number).name:
+        raise CorruptionError(f"{path.name}: its header names wal.{number} (a WAL copied or "
+                              "renamed)")
     head = _BLOCK_HEAD[version]
     header = WalHeader(number, log_number, synced, garbage)
     nblocks = len(data) // block

@@ -355,6 +355,36 @@ def test_a_store_without_its_wal_is_corruption(tmp_path: Path) -> None:
         _open(path)
 
 
+def test_a_wal_under_another_number_is_corruption(tmp_path: Path) -> None:
+    """A WAL's header names its number: a WAL copied or renamed over another number is refused
+    (its blocks would be checked with the other number's seeds)."""
+    path = tmp_path / "s"
+    with _open(path) as s:
+        _load(s, 50, random.Random(12))
+    (newest,) = sorted(path.glob("wal.*"))[-1:]
+    newest.rename(path / f"wal.{int(newest.name[4:]) + 5}")
+    with pytest.raises(CorruptionError, match="its header names wal"):
+        _open(path)
+
+
+@pytest.mark.parametrize("payload, fault", [(b"x", "payload of 1 bytes"),
+                                            (None, "0 instances")])
+def test_a_checksummed_manifest_of_bad_fields_is_corruption(tmp_path: Path, payload: bytes | None,
+                                                            fault: str) -> None:
+    """MANIFEST passes its checksum but its payload has another length, or no instance: damage
+    (a file made that way), raised by name instead of a struct or division error."""
+    from storage_backends.flashlog import _MANIFEST, MANIFEST_MAGIC
+    from storage_backends.superblock import write_superblock
+
+    path = tmp_path / "s"
+    with _open(path) as s:
+        _load(s, 20, random.Random(13))
+    body = payload if payload is not None else _MANIFEST.pack(0, 4096, 1, 0, 0, 0)
+    write_superblock(FileIO(), path / "MANIFEST", MANIFEST_MAGIC, body)
+    with pytest.raises(CorruptionError, match=fault):
+        _open(path)
+
+
 @pytest.mark.parametrize("state", ["closed", "records in the WAL only", "empty, closed"])
 def test_a_store_without_its_manifest_is_corruption(state: str, tmp_path: Path) -> None:
     """A directory holding a store's log or WAL files but no MANIFEST is not taken for a new
