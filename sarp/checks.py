@@ -25,6 +25,14 @@ def check_int(value: object, name: str, lo: int, hi: int = MAX_INT) -> int:
     return n
 
 
+def check_bool(value: object, name: str) -> bool:
+    """Return ``value`` if it is a bool, or raise TypeError naming the argument (a 0 or 1, a
+    string or None is not taken for one)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {value!r}")
+    return value
+
+
 def check_path(path: object, name: str = "path") -> Path:
     """``path`` (a str or os.PathLike) as a Path, or raise naming the argument: TypeError for
     another type, ValueError for an empty path (it would mean the working directory) or one

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from sarp._core.hashing import xxh64
-from sarp.checks import check_int
+from sarp.checks import check_bool, check_int
 from sarp.errors import ConfigMismatchError, CorruptionError
 
 #: Default block metadata: where a block's KV tensors are (node/worker, storage tier, address).
@@ -106,8 +106,7 @@ class Config:
             # a numpy integer becomes a Python int: sarp.json stores those
             object.__setattr__(self, name, check_int(getattr(self, name), name, lo))
         for name in ("refinement", "filtering", "pruning"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
+            check_bool(getattr(self, name), name)
         if not isinstance(self.namespace, bytes):
             raise TypeError(f"namespace must be bytes, got {type(self.namespace).__name__}")
         if self.filter_fields * self.field_bits != 64 or self.field_bits > 32:

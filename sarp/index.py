@@ -35,7 +35,7 @@ from sarp._core.hashing import xxh64
 from sarp._core.segment_codec import encoded_size
 from sarp.background import Worker
 from sarp.block_ids import as_block_ids, block_ids
-from sarp.checks import check_directory, check_int, check_path
+from sarp.checks import check_bool, check_directory, check_int, check_path
 from sarp.config import Config, config_from_kwargs, digest_text, dumps, loads, new_index_id
 from sarp.errors import (
     CorruptionError,
@@ -748,8 +748,7 @@ def _check_open_options(every_inserts: object, every_seconds: object,
         raise ValueError("snapshot_every_seconds must be a non-negative finite number "
                          f"(0: never), got {every_seconds!r}")
     for name, value in flags.items():
-        if not isinstance(value, bool):
-            raise TypeError(f"{name} must be a bool, got {value!r}")
+        check_bool(value, name)
     return n, seconds
 
 
@@ -768,8 +767,7 @@ def rebuild(path: str | os.PathLike, backend: str | None = None, *, salvage: boo
     (``storage_backends.salvage``: wiredtiger or rocksdb), after a read found it damaged;
     segments on damaged parts are lost, which only shortens matches."""
     require_index(path)
-    if not isinstance(salvage, bool):
-        raise TypeError(f"salvage must be a bool, got {salvage!r}")
+    check_bool(salvage, "salvage")
     with open(path, backend, _rebuild=True, _salvage=salvage, snapshot_on_close=False,
               **kwargs) as index:
         return {**index.recovery, **index.directory.stats()}

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sarp.checks import check_bool
 from sarp.errors import StoreKindError
 from storage_backends.base import DURABILITY_MODES, RecordStore, check_store_args, stored_kind
 
@@ -42,8 +43,7 @@ def open_store(
     segment ids), so an engine that can address records by key does (odirect's dense mode),
     and WiredTiger keeps larger pages; explicit ``options`` take precedence.
     """
-    if not isinstance(dense_keys, bool):
-        raise TypeError(f"dense_keys must be a bool, got {dense_keys!r}")
+    check_bool(dense_keys, "dense_keys")
     store_cls = store_class(kind, options)
     if dense_keys:
         options = {**store_cls.DENSE_KEYS, **options}

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sarp.checks import check_int, check_iterable, check_path
+from sarp.checks import check_bool, check_int, check_iterable, check_path
 from sarp.errors import CorruptionError, StoreClosedError, StoreKindError
 from storage_backends.calls import Calls
 from storage_backends.io import File, FileIO
@@ -60,6 +60,11 @@ def check_pairs(pairs: object) -> list[tuple[int, bytes]]:
     return out
 
 
+#: how an engine with a repair tool (``storage_backends.SALVAGE``) names the way out of damage
+SALVAGE_HINT = ("storage_backends.salvage(path) repairs it, keeping the records it can read "
+                "(for an index's store: sarp rebuild INDEX --salvage)")
+
+
 def check_value(value: object, name: str = "value") -> bytes:
     """Return ``value`` as bytes; accepts bytes, bytearray and memoryview."""
     if isinstance(value, bytes):
@@ -75,8 +80,7 @@ def check_store_args(memory_budget: object, durability: object, direct_io: objec
     if not isinstance(durability, str) or durability not in DURABILITY_MODES:
         raise ValueError(f"durability must be one of {DURABILITY_MODES}, got {durability!r}")
     budget = check_int(memory_budget, "memory_budget", 1, MAX_MEMORY_BUDGET)
-    if not isinstance(direct_io, bool):
-        raise TypeError(f"direct_io must be a bool, got {direct_io!r}")
+    check_bool(direct_io, "direct_io")
     return budget
 
 
@@ -205,8 +209,7 @@ class RecordStore(ABC):
         a crash of this process but not a power loss. ``durable`` syncs in every mode: a
         snapshot of the index needs the segments it names on the device.
         """
-        if not isinstance(durable, bool):
-            raise TypeError(f"durable must be a bool, got {durable!r}")
+        check_bool(durable, "durable")
         sync = self.durability == "group" or durable and self.durability == "none"
         self._run_write(lambda: self._flush(sync))
 

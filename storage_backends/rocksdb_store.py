@@ -35,14 +35,12 @@ from rocksdict import (
 )
 
 from sarp.errors import CorruptionError, StoreError
-from storage_backends.base import RecordStore
+from storage_backends.base import SALVAGE_HINT, RecordStore
 from storage_backends.io import FileIO
 
 _KEY = struct.Struct(">Q")
 T = TypeVar("T")
 MIN_BUFFER = 64 << 10
-SALVAGE_HINT = ("storage_backends.salvage(path) repairs it (RepairDB), keeping the records it can "
-                "read (for an index's store: sarp rebuild INDEX --salvage)")
 # Integer RocksDB properties reported by stats(), as rocksdb_<name with underscores>.
 PROPERTIES = ("block-cache-usage", "block-cache-capacity", "cur-size-all-mem-tables",
               "estimate-num-keys", "total-sst-files-size", "num-files-at-level0",
@@ -80,13 +78,12 @@ class RocksDBStore(RecordStore):
             self._write_opts = WriteOptions()
             self._write_opts.sync = durability == "sync"
             self._check_current()
-            try:
-                # Naming the default column family's options keeps them on reopen: without it
-                # rocksdict takes them from the OPTIONS file, which cannot hold the block cache
-                # (8 MiB default).
-                self._db = Rdict(str(self.path / "db"), opts, column_families={"default": opts})
-            except Exception as exc:  # the binding raises plain Exception with RocksDB's status
-                raise self._damage(exc, opening=True) from exc
+            # Naming the default column family's options keeps them on reopen: without it
+            # rocksdict takes them from the OPTIONS file, which cannot hold the block cache
+            # (8 MiB default).
+            self._db = self._engine(lambda: Rdict(str(self.path / "db"), opts,
+                                                  column_families={"default": opts}),
+                                    opening=True)
 
     def _check_current(self) -> None:
         """Without ``db/CURRENT`` RocksDB would create a new database and delete the table
@@ -108,13 +105,14 @@ class RocksDBStore(RecordStore):
         self._engine(lambda: self._db.delete(_KEY.pack(key), self._write_opts))
         self._count_sync()
 
-    def _engine(self, call: Callable[[], T]) -> T:
-        """``call()`` of the engine, its failure raised as the package's (``_damage``). After a
-        failed write RocksDB refuses later writes until reopened."""
+    def _engine(self, call: Callable[[], T], opening: bool = False) -> T:
+        """``call()`` of the engine, its failure raised as the package's (``_damage``; the
+        open's with ``opening``). After a failed write RocksDB refuses later writes until
+        reopened."""
         try:
             return call()
         except Exception as exc:  # the binding raises plain Exception with RocksDB's status
-            raise self._damage(exc) from exc
+            raise self._damage(exc, opening) from exc
 
     def _count_sync(self) -> None:
         if self.durability == "sync":
@@ -144,10 +142,7 @@ class RocksDBStore(RecordStore):
         while it.valid() and len(rows) < limit:
             rows.append((_KEY.unpack(it.key())[0], it.value()))
             it.next()
-        try:
-            it.status()  # an iterator stops early on an error: raise it
-        except Exception as exc:
-            raise self._damage(exc) from exc
+        self._engine(it.status)  # an iterator stops early on an error: raise it
         del it  # a live iterator would keep the database open after close()
         return rows
 

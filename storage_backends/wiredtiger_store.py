@@ -34,7 +34,7 @@ from wiredtiger import stat
 
 from sarp.checks import check_int
 from sarp.errors import CorruptionError, StoreError
-from storage_backends.base import RecordStore
+from storage_backends.base import SALVAGE_HINT, RecordStore
 
 TABLE = "table:records"
 FILE = "file:records.wt"  # the table's file, whose metadata holds its page sizes
@@ -72,8 +72,6 @@ PANIC = wiredtiger.wiredtiger_strerror(wiredtiger.WT_PANIC)
 TABLE_DAMAGE = (wiredtiger.wiredtiger_strerror(wiredtiger.WT_ERROR), os.strerror(errno.ENOENT))
 # What wiredtiger_open raises for damaged metadata (WiredTiger.wt) or history store.
 TRY_SALVAGE = wiredtiger.wiredtiger_strerror(wiredtiger.WT_TRY_SALVAGE)
-SALVAGE_HINT = ("storage_backends.salvage(path) repairs it, keeping the records it can read "
-                "(for an index's store: sarp rebuild INDEX --salvage)")
 # A log file (WiredTigerLog.N) opens with a header record: length and checksum (CRC32C of the
 # record with the checksum zeroed), flags, mem_len, then the log's magic number. WiredTiger
 # writes and syncs it before the file takes its name, so a crash cannot tear it.
