@@ -18,10 +18,25 @@ from typing import Any
 
 from sarp._core.hashing import xxh64
 from sarp.checks import check_int
-from sarp.errors import BadLengthError, ConfigMismatchError, CorruptionError, SyncFailedError
+from sarp.errors import (
+    BadLengthError,
+    ConfigMismatchError,
+    CorruptionError,
+    StoreError,
+    SyncFailedError,
+)
 from storage_backends import bloom
 from storage_backends.base import RecordStore, check_io
-from storage_backends.flashlog_log import BATCH_END, MAX_PAGE_KEYS, PUT, REC, TOMBSTONE, PageLog
+from storage_backends.flashlog_log import (
+    BATCH_END,
+    LOG_NUMBER_LIMIT,
+    MAX_PAGE_KEYS,
+    PUT,
+    REC,
+    TOMBSTONE,
+    PageLog,
+)
+from storage_backends.flashlog_wal import NUMBER_LIMIT as WAL_NUMBER_LIMIT
 from storage_backends.flashlog_wal import Wal, WalHeader, read_wal, wal_path
 from storage_backends.io import FileIO, block_size
 from storage_backends.superblock import read_superblock, write_superblock
@@ -44,6 +59,12 @@ _END = REC.pack(BATCH_END, 0, 0)
 
 def _is_number(s: str) -> bool:
     return s.isascii() and s.isdigit()
+
+
+def _has_next(number: int, limit: int) -> bool:
+    """Whether the WAL or log numbered ``number`` may be followed by another: their numbers
+    stay below ``limit`` (docs/flashlog_format.txt, "Numbers")."""
+    return number + 1 < limit
 
 
 class FlashLogStore(RecordStore):
@@ -86,12 +107,15 @@ class FlashLogStore(RecordStore):
                 for batch in batches:
                     for t, k, v in batch:
                         self._apply_delete(k) if t == TOMBSTONE else self._apply(k, v)
-                self._rotate_wal(header.number + 1)
-                for n in wals:
-                    self._io.unlink(wal_path(self.path, n))
-                for p in self.path.glob("log.*"):
-                    if p != self._log.path:
-                        self._io.unlink(p)
+                # a store at the last WAL number starts no WAL: it keeps that one, replayed
+                # again at each open, and takes no writes (_check_numbers)
+                if _has_next(header.number, WAL_NUMBER_LIMIT):
+                    self._rotate_wal(header.number + 1)
+                    for n in wals:
+                        self._io.unlink(wal_path(self.path, n))
+                    for p in self.path.glob("log.*"):
+                        if p != self._log.path:
+                            self._io.unlink(p)
             except BaseException:
                 self._close_files()
                 raise
@@ -151,6 +175,9 @@ class FlashLogStore(RecordStore):
         found = _MANIFEST.unpack(payload)
         if found[0] < 1 or found[1] < 1:
             raise CorruptionError(f"MANIFEST: {found[0]} instances of {found[1]}-byte blocks")
+        if max(found[2], found[4]) >= WAL_NUMBER_LIMIT:  # log numbers stay below it too
+            raise CorruptionError(f"MANIFEST: log {found[2]} and WAL {found[4]}, numbers of "
+                                  f"at least {WAL_NUMBER_LIMIT}")
         return found
 
     def _write_manifest(self, log: PageLog, wal_number: int, wal_blocks: int) -> None:
@@ -178,6 +205,20 @@ class FlashLogStore(RecordStore):
             self._io.unlink(old.path)
 
     # -- the write path --------------------------------------------------------------------------
+    def _check_numbers(self) -> None:
+        """Refuse a write (StoreError) before it writes anything unless the WAL rotation and
+        the compaction it may start can take their numbers: the next WAL and log numbers."""
+        # no WAL: the store was opened at the last WAL number
+        wal = self._wal.header.number if self._wal is not None else WAL_NUMBER_LIMIT - 1
+        for what, number, limit in (("WAL", wal, WAL_NUMBER_LIMIT),
+                                    ("log", self._log.number, LOG_NUMBER_LIMIT)):
+            if not _has_next(number, limit):
+                raise StoreError(
+                    f"flashlog store at {str(self.path)!r} takes no more writes: its {what} "
+                    f"numbers are used up (they stay below {limit}); its records can still be "
+                    "read: copy them into a new store (scan() this one, put_many() the records "
+                    "into the new one)")
+
     def _route(self, key: int) -> tuple[bytes, int, int]:
         kb = key.to_bytes(8, "little")
         h = xxh64(kb)
@@ -291,11 +332,12 @@ class FlashLogStore(RecordStore):
     # -- the record-store primitives ---------------------------------------------------------------
     def _put_many(self, pairs: list[tuple[int, bytes]]) -> None:
         with self._lock:
-            assert self._wal is not None
             for _, v in pairs:
                 if REC.size + len(v) > self._log.max_record:
                     raise ValueError(f"flashlog holds values of at most "
                                      f"{self._log.max_record - REC.size} bytes, got {len(v)}")
+            self._check_numbers()
+            assert self._wal is not None
             for k, v in pairs:
                 self._wal.append(REC.pack(PUT, k, len(v)) + v)
                 self._apply(k, v)
@@ -318,6 +360,7 @@ class FlashLogStore(RecordStore):
 
     def _delete(self, key: int) -> None:
         with self._lock:
+            self._check_numbers()
             assert self._wal is not None
             if self._apply_delete(key):
                 self._wal.append(REC.pack(TOMBSTONE, key, 0))
@@ -334,17 +377,17 @@ class FlashLogStore(RecordStore):
         return iter(records)
 
     def _flush(self, sync: bool) -> None:
-        with self._lock:
-            assert self._wal is not None
-            if self._wal.commit(sync=sync):
+        with self._lock:  # no WAL (opened at the last WAL number): nothing was written
+            if self._wal is not None and self._wal.commit(sync=sync):
                 self._count(syncs=1)
 
     def _close(self) -> None:
         with self._lock:
-            assert self._wal is not None
-            try:
-                self._rotate_wal(self._wal.header.number + 1)  # reopening replays the buffers
-                self._write_manifest(self._log, self._wal.header.number, self._wal.next)
+            try:  # the last WAL holds what the synced log lacks: it stays, for the next open
+                if self._wal is not None and _has_next(self._wal.header.number,
+                                                       WAL_NUMBER_LIMIT):
+                    self._rotate_wal(self._wal.header.number + 1)  # reopening replays the buffers
+                    self._write_manifest(self._log, self._wal.header.number, self._wal.next)
             finally:
                 self._close_files()
 

@@ -34,6 +34,9 @@ REC = struct.Struct("<BQI")  # type, key, value length; then the value
 PUT, TOMBSTONE, BATCH_END = 1, 2, 3
 MAX_PAGE_KEYS = 1024
 _EXACT_BIT = 1 << 31
+#: log numbers are below this, so that a block's checksum seed (``PageLog._seed``) keeps bit 63
+#: clear: every WAL block's seed sets it (``flashlog_wal._seed``)
+LOG_NUMBER_LIMIT = 1 << 23
 
 
 def fence(h: int) -> int:

@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from sarp.errors import ConfigMismatchError, CorruptionError, SyncFailedError, WritesStoppedError
+from sarp.errors import (
+    ConfigMismatchError,
+    CorruptionError,
+    StoreError,
+    SyncFailedError,
+    WritesStoppedError,
+)
 from storage_backends import open_store
 from storage_backends.flashlog import FlashLogStore
 from storage_backends.flashlog_log import PageLog
@@ -367,19 +373,21 @@ def test_a_wal_under_another_number_is_corruption(tmp_path: Path) -> None:
         _open(path)
 
 
-@pytest.mark.parametrize("payload, fault", [(b"x", "payload of 1 bytes"),
-                                            (None, "0 instances")])
-def test_a_checksummed_manifest_of_bad_fields_is_corruption(tmp_path: Path, payload: bytes | None,
-                                                            fault: str) -> None:
-    """MANIFEST passes its checksum but its payload has another length, or no instance: damage
-    (a file made that way), raised by name instead of a struct or division error."""
+@pytest.mark.parametrize("payload, fault", [
+    (b"x", "payload of 1 bytes"), ((0, 4096, 1, 0, 0, 0), "0 instances"),
+    ((1, 4096, 1 << 24, 0, 1, 0), "log 16777216"), ((1, 4096, 1, 0, 1 << 24, 0), "WAL 16777216")])
+def test_a_checksummed_manifest_of_bad_fields_is_corruption(
+        tmp_path: Path, payload: bytes | tuple[int, ...], fault: str) -> None:
+    """MANIFEST passes its checksum but its payload has another length, no instance, or a log
+    or WAL number no writer gives: damage (a file made that way), raised by name instead of a
+    struct, division or overflow error."""
     from storage_backends.flashlog import _MANIFEST, MANIFEST_MAGIC
     from storage_backends.superblock import write_superblock
 
     path = tmp_path / "s"
     with _open(path) as s:
         _load(s, 20, random.Random(13))
-    body = payload if payload is not None else _MANIFEST.pack(0, 4096, 1, 0, 0, 0)
+    body = payload if isinstance(payload, bytes) else _MANIFEST.pack(*payload)
     write_superblock(FileIO(), path / "MANIFEST", MANIFEST_MAGIC, body)
     with pytest.raises(CorruptionError, match=fault):
         _open(path)
@@ -429,3 +437,72 @@ def test_a_creation_cut_short_is_started_again(cut_at: str, tmp_path: Path) -> N
         s.put(1, b"x")
     with _open(path, instances=None) as s:
         assert s.get(1) == b"x"
+
+
+WAL_LIMIT, LOG_LIMIT = 1 << 24, 1 << 23  # the numbers' limits (docs/flashlog_format.txt)
+
+
+def _files(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir()) if p.name != "LOCK"}
+
+
+def _refused(s: FlashLogStore, what: str, limit: int, acked: dict[int, bytes]) -> None:
+    """Every write raises StoreError naming the used-up numbers and their limit, and writes
+    nothing: the store holds ``acked`` after it. A flush still works."""
+    before = _files(s.path)
+    key = next(iter(acked))
+    for write in (lambda: s.put(key, b"refused"), lambda: s.delete(key)):
+        with pytest.raises(StoreError, match=f"no more writes: its {what} numbers are used up "
+                                             f"\\(they stay below {limit}\\).*new store"):
+            write()
+    s.flush(durable=True)
+    assert _files(s.path) == before
+    assert dict(s.scan()) == acked
+
+
+@pytest.mark.parametrize("last_wal_by", ["rotation", "close"])
+def test_a_store_out_of_wal_numbers_refuses_writes_and_keeps_its_records(
+        last_wal_by: str, tmp_path: Path) -> None:
+    """WAL numbers stay below 2^24, their checksum seeds' limit: a store whose WAL has the last
+    number (started by a write's rotation, or by a close) refuses every write before writing
+    anything, and keeps every acknowledged record through any number of reopens."""
+    path = tmp_path / "s"
+    with _open(path) as s:
+        acked = _load(s, 300, random.Random(14))
+        assert s._wal is not None
+        s._wal.header.number = WAL_LIMIT - 2  # as after 16 million rotations
+        if last_wal_by == "rotation":
+            s._wal_limit = 0  # the next write rotates the WAL
+            s.put(1, b"rotated")
+            acked[1] = b"rotated"
+            assert (path / f"wal.{WAL_LIMIT - 1}").exists()
+            _refused(s, "WAL", WAL_LIMIT, acked)
+    for _ in range(2):
+        with _open(path) as s:
+            assert [p.name for p in path.glob("wal.*")] == [f"wal.{WAL_LIMIT - 1}"]
+            _refused(s, "WAL", WAL_LIMIT, acked)
+
+
+def test_a_store_out_of_log_numbers_refuses_writes_and_keeps_its_records(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Log numbers stay below 2^23, so that no log block's seed is a WAL block's: once a
+    compaction has taken the last one, every write is refused before it writes anything, and
+    every acknowledged record is kept."""
+    from storage_backends import flashlog
+
+    monkeypatch.setattr(flashlog, "COMPACT_FLOOR", 0)
+    path = tmp_path / "s"
+    rng = random.Random(15)
+    with _open(path, instances=1, memory_budget=1) as s:  # pages of 4 blocks
+        s._log.number = LOG_LIMIT - 2  # as after 8 million compactions (log still empty)
+        acked: dict[int, bytes] = {}
+        for _ in range(10):  # rewrites: garbage, until the compaction to the last log number
+            batch = {k: rng.randbytes(VALUE) for k in range(20)}
+            s.put_many(batch.items())
+            acked.update(batch)
+            if s.stats()["compactions"]:
+                break
+        assert [p.name for p in path.glob("log.*")] == [f"log.{LOG_LIMIT - 1}"]
+        _refused(s, "log", LOG_LIMIT, acked)
+    with _open(path, instances=1, memory_budget=1) as s:
+        _refused(s, "log", LOG_LIMIT, acked)
