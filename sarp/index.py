@@ -204,10 +204,17 @@ class Index:
 
     @_call
     def flush(self) -> None:
-        """Make every earlier insert durable (the group-commit point for ``group``)."""
+        """Make every earlier insert durable, in every durability mode (the group-commit point
+        for ``group``): the journal's sync makes the store's writes durable first."""
         with self._journal_lock:
-            self.store.flush()
             self._journal.sync()
+
+    def _segments_durable(self) -> None:
+        """Make every segment stored so far durable: the first step of each journal sync, so
+        that a synced record proves its segments stored (docs/journal_format.txt). Under
+        ``sync`` the store made each write durable before it returned."""
+        if self.store.durability != "sync":
+            self.store.flush(durable=True)
 
     @_call
     def snapshot(self) -> dict[str, Any]:
@@ -260,7 +267,8 @@ class Index:
         path = self.path / journal.FILES.name(seq)
         try:
             self._journal = journal.JournalWriter(self.io, path, seq, self.record_seq, stop,
-                                                  index_id=self.index_id)
+                                                  index_id=self.index_id,
+                                                  before_sync=self._segments_durable)
         except BaseException:
             try:
                 self.io.unlink(path)
@@ -271,7 +279,8 @@ class Index:
             finally:
                 self._journal = journal.JournalWriter(self.io, old.path, self.epoch,
                                                       self.record_seq, stop,
-                                                      index_id=self.index_id)
+                                                      index_id=self.index_id,
+                                                      before_sync=self._segments_durable)
             raise
         self.epoch = seq
 
@@ -423,15 +432,16 @@ class Index:
     def _start(self, existing: bool) -> None:
         """Recover an existing index, or create the first journal of a new one; then journal
         and register the segments stored past the last journaled one (``roll_forward``)."""
+        relog: list[recovery.Relog] = []
         if existing:
-            self.recovery = recovery.recover(self)
+            self.recovery, relog = recovery.recover(self)
         # a new index's first journal is written afresh: one a creation cut short left
         # behind (header only: no insert precedes sarp.json) names no index id yet
         self._journal = journal.JournalWriter(
             self.io, self.path / journal.FILES.name(self.epoch), self.epoch, self.record_seq,
-            index_id=self.index_id, fresh=not existing)
+            index_id=self.index_id, fresh=not existing, before_sync=self._segments_durable)
         if existing:
-            recovery.roll_forward(self, self.recovery)
+            recovery.roll_forward(self, self.recovery, relog)
 
     def _publish_rebuild(self, stored: Config) -> None:
         """Rebuild from a full segment scan and publish it as a snapshot newer than any file
@@ -453,7 +463,7 @@ class Index:
         self.epoch = max(seqs, default=0)
         self._journal = journal.JournalWriter(
             self.io, self.path / journal.FILES.name(self.epoch + 1), self.epoch + 1,
-            self.record_seq, index_id=self.index_id)
+            self.record_seq, index_id=self.index_id, before_sync=self._segments_durable)
         self.epoch += 1
         self._snapshot()
         if upgrade:

@@ -4,17 +4,18 @@ a snapshot, so that recovery re-reads and re-registers exactly those.
 Journal N holds the inserts after snapshot N (journal 0: after the index was created). An
 insert appends one record per batch of segments it stores, after they are in the store and
 before they are placed in the routing directory; records are made durable by the next sync:
-before each insert returns under ``sync``, at ``flush()`` under ``group``, at close under
-``none``. Appended records are
-kept in memory and written at the next sync (a group commit), or once ``WRITE_BEHIND`` bytes
-wait, so an insert between durable points costs no system call.
+before each insert returns under ``sync``, at ``flush()`` and close under ``group`` and
+``none``. Each sync makes the segment store durable first, so that it proves the records it
+covers, segments too (format 5). Appended records are kept in memory and written at the next
+sync (a group commit), or once ``WRITE_BEHIND`` bytes wait, so an insert between durable
+points costs no system call.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -26,14 +27,17 @@ from storage_backends.io import File, FileIO
 from storage_backends.write_stop import WriteStop
 
 MAGIC = b"SARPJRNL"
-VERSION = 4
+VERSION = 5
 # magic, version, reserved, snapshot seq, the number of the record appended before the first,
 # the index id (sarp.json)
 FILE_HEADER = struct.Struct("<8sIIQQQ")
 _HEADER_BEFORE_IDS = struct.Struct("<8sIIQQ")  # the same without the index id
 #: the header of each version read: 3 lacks the index id; 2 also lacks the synced field of
-#: the records (its padding is 0 there)
-HEADERS = {2: _HEADER_BEFORE_IDS, 3: _HEADER_BEFORE_IDS, VERSION: FILE_HEADER}
+#: the records (its padding is 0 there); 4 has the header of 5, whose syncs also prove the
+#: segments of the records they cover durable (``PROVES_SEGMENTS``)
+HEADERS = {2: _HEADER_BEFORE_IDS, 3: _HEADER_BEFORE_IDS, 4: FILE_HEADER, VERSION: FILE_HEADER}
+#: the first version where every sync follows a durable flush of the segment store
+PROVES_SEGMENTS = 5
 RECORD_HEADER = struct.Struct("<IIQ")  # payload length, reserved, XXH64 of the payload
 # record seq, next segment id, new blocks, count, the journal bytes / 8 the last good sync
 # covered when the record was appended (saturating)
@@ -74,19 +78,30 @@ class JournalWriter:
     """
 
     def __init__(self, io: FileIO, path: Path, snapshot_seq: int, last_record: int,
-                 stop: WriteStop | None = None, *, index_id: int, fresh: bool = False):
+                 stop: WriteStop | None = None, *, index_id: int, fresh: bool = False,
+                 before_sync: Callable[[], None] | None = None):
         """Open journal ``path``, whose last record is number ``last_record``; if missing (or
         ``fresh``: a file there is replaced), it is created, whole or not at all, for index
         ``index_id`` with its first record to follow that one: numbering runs on across
-        journals, empty ones too."""
+        journals, empty ones too.
+
+        ``before_sync`` makes the segments of every appended record durable (the segment
+        store's durable flush); each sync calls it first, so that a sync proves the records it
+        covers whole, segments too (format 5). An existing file's records are proven by this
+        writer's first sync, which is made even if nothing is appended."""
         self.io = io
         self.path = path
-        if fresh or not path.exists():
+        created = fresh or not path.exists()
+        if created:
             io.publish(path, FILE_HEADER.pack(MAGIC, VERSION, 0, snapshot_seq, last_record,
                                               index_id))
         self._file: File = io.open(path, direct=False, create=False)
         self._offset = self._file.size()
-        self._synced = self._offset  # the end of what the last good sync made durable
+        self._synced = self._offset  # where a failed sync cuts the file back to (``close``)
+        #: the end of what the last good sync of this writer covered, segments first: what
+        #: appended records name as synced (0 in an existing file until the first sync)
+        self._proven = self._offset if created else 0
+        self._before_sync = before_sync
         self._pending = bytearray()  # appended, not yet written
         #: numbers of the last record appended and of the last one the last good sync covers
         self._appended_seq = self._synced_seq = last_record
@@ -97,7 +112,7 @@ class JournalWriter:
     def append(self, record: Record) -> None:
         """Queue ``record`` in memory; written once ``WRITE_BEHIND`` bytes wait, durable at sync."""
         self.stop.check()
-        self._pending += encode_record(record, self._synced)
+        self._pending += encode_record(record, self._proven)
         self._appended_seq = record.record_seq
         if len(self._pending) >= WRITE_BEHIND:
             self.stop.run(self._write_pending)
@@ -113,14 +128,16 @@ class JournalWriter:
 
     @property
     def unsynced(self) -> bool:
-        """Whether records were written since the last good sync."""
-        return self._offset > self._synced
+        """Whether the file holds records that no good sync of this writer covered."""
+        return self._offset > self._proven
 
     def _sync(self) -> None:
         self._write_pending()
         if self.unsynced:
+            if self._before_sync is not None:
+                self._before_sync()
             self._file.fdatasync()
-            self._synced = self._offset
+            self._synced = self._proven = self._offset
         self._synced_seq = self._appended_seq
 
     def _write_pending(self) -> None:
@@ -160,6 +177,13 @@ class Replay:
     after_record: int  # the number of the record appended before its first one
     bytes_read: int
     torn_tail: int  # bytes after the last complete record (a write cut by a crash)
+    #: where each record starts, then where the last one ends
+    offsets: list[int] = field(default_factory=list)
+    #: how many records, from the first, a sync is known to have covered, their segments
+    #: durable first (format 5: up to the furthest synced field; 0 in earlier formats)
+    proven: int = 0
+    #: whether syncs prove segments (format 5): all records of a journal a newer one follows
+    proves_segments: bool = False
 
 
 def read(io: FileIO, path: Path, last: bool, index_id: int | None = None) -> Replay:
@@ -176,19 +200,27 @@ def read(io: FileIO, path: Path, last: bool, index_id: int | None = None) -> Rep
     size = len(raw)
     after, version = _header(raw, path.name, FILES.seq(path), index_id)
     records = list(_records(raw, path.name, version))
-    end = records[-1][1] if records else HEADERS[version].size
-    torn = size - end
+    offsets = [HEADERS[version].size] + [end for _, _, end in records]
+    torn = size - offsets[-1]
     if torn:
         if not last:
-            raise RecoveryError(f"{path.name}: damaged record at offset {end} in a journal "
-                                "that a newer one follows")
-        f = io.open(path, direct=False, create=False)
-        try:
-            f.truncate(end)
-            f.fsync()
-        finally:
-            f.close()
-    return Replay([r for r, _ in records], after, size, torn)
+            raise RecoveryError(f"{path.name}: damaged record at offset {offsets[-1]} in a "
+                                "journal that a newer one follows")
+        cut(io, path, offsets[-1])
+    proves = version >= PROVES_SEGMENTS
+    synced = max((s for _, s, _ in records), default=0)
+    proven = sum(end <= synced for _, _, end in records) if proves else 0
+    return Replay([r for r, _, _ in records], after, size, torn, offsets, proven, proves)
+
+
+def cut(io: FileIO, path: Path, end: int) -> None:
+    """Cut journal ``path`` back to its first ``end`` bytes, durably."""
+    f = io.open(path, direct=False, create=False)
+    try:
+        f.truncate(end)
+        f.fsync()
+    finally:
+        f.close()
 
 
 def last_record(io: FileIO, path: Path) -> int:
@@ -196,7 +228,7 @@ def last_record(io: FileIO, path: Path) -> int:
     read without cutting anything. Raises RecoveryError if the file is not a readable journal."""
     raw = bytes(io.read_whole(path))
     last, version = _header(raw, path.name, FILES.seq(path), None)
-    for rec, _ in _records(raw, path.name, version):
+    for rec, _, _ in _records(raw, path.name, version):
         last = rec.record_seq
     return last
 
@@ -234,10 +266,11 @@ def _header(raw: bytes, name: str, seq: int | None, index_id: int | None) -> tup
     return after, version
 
 
-def _records(raw: bytes, name: str, version: int) -> Iterator[tuple[Record, int]]:
-    """(record, end offset) of each valid record until the first damaged or incomplete one.
+def _records(raw: bytes, name: str, version: int) -> Iterator[tuple[Record, int, int]]:
+    """(record, its synced field in bytes, end offset) of each valid record until the first
+    damaged or incomplete one.
 
-    Damage that a later valid record shows was synced (formats 3 and 4: its synced field
+    Damage that a later valid record shows was synced (formats 3 to 5: its synced field
     reaches past the damage; format 2: any later valid record) is not a torn tail: it raises
     RecoveryError.
     """
@@ -254,12 +287,12 @@ def _records(raw: bytes, name: str, version: int) -> Iterator[tuple[Record, int]
                     f"{name}: damaged record at offset {off}, which a sync covered (a valid "
                     f"record follows); run `sarp rebuild` to rebuild from the segments")
             return
-        seq, next_id, blocks, n, _ = PAYLOAD_HEADER.unpack_from(payload)
+        seq, next_id, blocks, n, synced = PAYLOAD_HEADER.unpack_from(payload)
         if length != PAYLOAD_HEADER.size + 8 * n:
             raise RecoveryError(f"{name}: record at offset {off} has a bad segment count")
         ids = np.frombuffer(payload, "<u8", n, PAYLOAD_HEADER.size)
         off = start + length
-        yield Record(seq, next_id, blocks, ids), off
+        yield Record(seq, next_id, blocks, ids), 8 * synced, off
 
 
 def _synced_after(raw: bytes, pos: int) -> int | None:

@@ -15,9 +15,10 @@ from sarp._core import routing_table as rt
 from sarp._core import segment_codec
 from sarp._core.hashing import xxh64
 from sarp.errors import ConfigMismatchError, CorruptionError, RecoveryError
+from storage_backends import open_store
 from storage_backends.io import FileIO
 
-from .old_formats import ID_BYTES, downgrade
+from .old_formats import ID_BYTES, downgrade, set_journal_version
 from .workload import CONFIG, check_match, metadata, sequence
 
 B = CONFIG["block_size"]
@@ -254,6 +255,58 @@ def test_journal_record_naming_unstored_segments_is_skipped(tmp_path):
         insert(index, 12)  # new segments get ids past the record's, never a reused one
         assert check_match(index, 12) == len(sequence(12)) // B
     assert_all_match(path, 13)
+
+
+def test_a_segment_the_store_lost_under_a_proven_record_is_refused(tmp_path):
+    """Every journal sync makes the store durable first (format 5), so a record that a later
+    record shows synced names segments the store held durably. One the store lacks was lost
+    after its insert was acknowledged: the open raises CorruptionError naming the record and
+    the segment, and changes no file; ``sarp rebuild`` rebuilds from what the store holds."""
+    path = tmp_path / "i"
+    build(path, 0, 6)
+    records = journal.read(FileIO(), journal.files(path)[-1][1], last=True).records
+    lost = int(records[1].segment_ids[0])
+    store = open_store("wiredtiger", path / "store")
+    store.delete(lost)
+    store.close()
+    files = {p.name: p.read_bytes() for p in path.iterdir() if p.is_file()}
+    with pytest.raises(CorruptionError, match=rf"record {records[1].record_seq} names "
+                                              rf"segments \[{lost}\] that the store"):
+        sarp.open(path, backend="wiredtiger")
+    assert {p.name: p.read_bytes() for p in path.iterdir() if p.is_file()} == files
+    sarp.rebuild(path, backend="wiredtiger")
+    with sarp.open(path, backend="wiredtiger") as index:
+        assert index.recovery["missing_segments"] == 0
+        assert check_match(index, 5) == len(sequence(5)) // B
+
+
+def test_unproven_records_of_unstored_segments_are_appended_again_without_them(tmp_path):
+    """A record naming segments the store lacks, which no sync is shown to have covered,
+    belongs to an insert never acknowledged. Recovery cuts the newest journal before it and
+    appends the records from it on again, with the segments the store holds only: left as
+    they were, the next sync would prove them, and the open after it would refuse the index."""
+    path = tmp_path / "i"
+    build(path, 0, 6)
+    seq, jpath = journal.files(path)[-1]
+    records = journal.read(FileIO(), jpath, last=True).records
+    last = records[-1]
+    missing = [last.next_segment_id, last.next_segment_id + 1]
+    w = journal.JournalWriter(FileIO(), jpath, seq, last.record_seq, index_id=0)  # kept
+    w.append(journal.Record(last.record_seq + 1, last.next_segment_id + 2, 7,
+                            np.array(missing, dtype=np.uint64)))
+    w.append(journal.Record(last.record_seq + 2, last.next_segment_id + 2, 0,
+                            records[2].segment_ids))  # stored segments, named again
+    w.close()
+    with sarp.open(path, backend="wiredtiger") as index:
+        assert index.recovery["missing_segments"] == 2
+        assert index.recovery["relogged_records"] == 1
+        insert(index, 6)  # a sync that proves every record before its own
+    kept = journal.read(FileIO(), jpath, last=True).records
+    assert [r.record_seq for r in kept] == list(range(1, len(kept) + 1))
+    assert not set(missing) & {int(i) for r in kept for i in r.segment_ids}
+    assert [int(i) for i in kept[-2].segment_ids] == [int(i) for i in records[2].segment_ids]
+    report = assert_all_match(path, 7)
+    assert (report["missing_segments"], report["relogged_records"]) == (0, 0)
 
 
 def test_damaged_journal_record_before_valid_ones_is_refused(tmp_path):
@@ -714,10 +767,10 @@ def test_a_creation_cut_short_is_redone(tmp_path):
     assert not (path / "sarp.json.tmp").exists() and (path / "sarp.json").exists()
 
 
-@pytest.mark.parametrize("version, opens", [(4, True), (3, True), (2, False)])
+@pytest.mark.parametrize("version, opens", [(5, True), (4, True), (3, True), (2, False)])
 def test_damage_that_no_sync_covered_is_a_torn_tail_from_format_3_on(tmp_path, version, opens):
     """A damaged record followed by valid ones whose synced fields do not reach it was never
-    synced (writes behind a group commit that the device kept out of order): formats 3 and 4
+    synced (writes behind a group commit that the device kept out of order): formats 3 to 5
     cut the journal there. Format 2 records have no synced field: damage before a valid
     record stays an error there."""
     path = tmp_path / "i"
@@ -728,10 +781,12 @@ def test_damage_that_no_sync_covered_is_a_torn_tail_from_format_3_on(tmp_path, v
         for seed in (1, 2):  # unsynced until close: their synced fields name the flush's end
             insert(index, seed)
         synced = index._journal._synced
-    if version < journal.VERSION:
+    jpath = journal.files(path)[-1][1]
+    if version == 4:  # the header of 5
+        set_journal_version(jpath, 4)
+    elif version < 4:
         downgrade(path, version)
         synced -= ID_BYTES  # the journal header is shorter by the index id
-    jpath = journal.files(path)[-1][1]
     raw = bytearray(jpath.read_bytes())
     raw[synced + journal.RECORD_HEADER.size] ^= 1  # the first record written after the flush
     jpath.write_bytes(bytes(raw))
