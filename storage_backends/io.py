@@ -140,11 +140,13 @@ class FileIO:
                                    "or another process); close it first") from None
         return f
 
-    def read_whole(self, path: str | Path) -> bytearray:
-        """All bytes of the existing file ``path`` (buffered: superblocks, WAL files)."""
+    def read_whole(self, path: str | Path, limit: int | None = None) -> bytearray:
+        """All bytes of the existing file ``path``, or its first ``limit`` (buffered:
+        superblocks, WAL files, file headers)."""
         f = self.open(path, direct=False, read_only=True)
         try:
-            data = bytearray(f.size())
+            size = f.size()
+            data = bytearray(size if limit is None else min(size, limit))
             with memoryview(data) as view:
                 n = _read_from_start(f, view, len(data))
             del data[n:]

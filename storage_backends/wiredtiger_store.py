@@ -35,6 +35,7 @@ from wiredtiger import stat
 from sarp.checks import check_int
 from sarp.errors import CorruptionError, StoreError
 from storage_backends.base import SALVAGE_HINT, RecordStore
+from storage_backends.io import FileIO
 
 TABLE = "table:records"
 FILE = "file:records.wt"  # the table's file, whose metadata holds its page sizes
@@ -180,10 +181,9 @@ class WiredTigerStore(RecordStore):
         one as the torn end of the log: it drops the log from there without an error, with
         every record committed since the last checkpoint, and the table itself if it was
         created since (it then moves ``records.wt`` aside and creates an empty table)."""
+        io = FileIO()
         for log in sorted(home.glob("WiredTigerLog.*")):
-            with open(log, "rb") as f:
-                head = f.read(LOG_HEADER_MAX)
-            fault = _log_header_fault(head)
+            fault = _log_header_fault(bytes(io.read_whole(log, LOG_HEADER_MAX)))
             if fault is not None:
                 raise CorruptionError(
                     f"wiredtiger store at {str(self.path)!r}: the header of log file "
