@@ -268,7 +268,8 @@ class Index:
         try:
             self._journal = journal.JournalWriter(self.io, path, seq, self.record_seq, stop,
                                                   index_id=self.index_id,
-                                                  before_sync=self._segments_durable)
+                                                  before_sync=self._segments_durable,
+                                                  previous_synced=True)
         except BaseException:
             try:
                 self.io.unlink(path)
@@ -432,16 +433,15 @@ class Index:
     def _start(self, existing: bool) -> None:
         """Recover an existing index, or create the first journal of a new one; then journal
         and register the segments stored past the last journaled one (``roll_forward``)."""
-        relog: list[recovery.Relog] = []
         if existing:
-            self.recovery, relog = recovery.recover(self)
+            self.recovery = recovery.recover(self)
         # a new index's first journal is written afresh: one a creation cut short left
         # behind (header only: no insert precedes sarp.json) names no index id yet
         self._journal = journal.JournalWriter(
             self.io, self.path / journal.FILES.name(self.epoch), self.epoch, self.record_seq,
             index_id=self.index_id, fresh=not existing, before_sync=self._segments_durable)
         if existing:
-            recovery.roll_forward(self, self.recovery, relog)
+            recovery.roll_forward(self, self.recovery)
 
     def _publish_rebuild(self, stored: Config) -> None:
         """Rebuild from a full segment scan and publish it as a snapshot newer than any file

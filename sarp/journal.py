@@ -28,8 +28,8 @@ from storage_backends.write_stop import WriteStop
 
 MAGIC = b"SARPJRNL"
 VERSION = 5
-# magic, version, reserved, snapshot seq, the number of the record appended before the first,
-# the index id (sarp.json)
+# magic, version, flags (reserved before format 5), snapshot seq, the number of the record
+# appended before the first, the index id (sarp.json)
 FILE_HEADER = struct.Struct("<8sIIQQQ")
 _HEADER_BEFORE_IDS = struct.Struct("<8sIIQQ")  # the same without the index id
 #: the header of each version read: 3 lacks the index id; 2 also lacks the synced field of
@@ -38,6 +38,9 @@ _HEADER_BEFORE_IDS = struct.Struct("<8sIIQQ")  # the same without the index id
 HEADERS = {2: _HEADER_BEFORE_IDS, 3: _HEADER_BEFORE_IDS, 4: FILE_HEADER, VERSION: FILE_HEADER}
 #: the first version where every sync follows a durable flush of the segment store
 PROVES_SEGMENTS = 5
+#: header flag (format 5, in the field that was reserved): the journal before this one was
+#: synced whole, the store first, before this one was started (a snapshot's journal switch)
+PREVIOUS_SYNCED = 1
 RECORD_HEADER = struct.Struct("<IIQ")  # payload length, reserved, XXH64 of the payload
 # record seq, next segment id, new blocks, count, the journal bytes / 8 the last good sync
 # covered when the record was appended (saturating)
@@ -79,7 +82,7 @@ class JournalWriter:
 
     def __init__(self, io: FileIO, path: Path, snapshot_seq: int, last_record: int,
                  stop: WriteStop | None = None, *, index_id: int, fresh: bool = False,
-                 before_sync: Callable[[], None] | None = None):
+                 before_sync: Callable[[], None] | None = None, previous_synced: bool = False):
         """Open journal ``path``, whose last record is number ``last_record``; if missing (or
         ``fresh``: a file there is replaced), it is created, whole or not at all, for index
         ``index_id`` with its first record to follow that one: numbering runs on across
@@ -88,12 +91,14 @@ class JournalWriter:
         ``before_sync`` makes the segments of every appended record durable (the segment
         store's durable flush); each sync calls it first, so that a sync proves the records it
         covers whole, segments too (format 5). An existing file's records are proven by this
-        writer's first sync, which is made even if nothing is appended."""
+        writer's first sync, which is made even if nothing is appended. ``previous_synced``:
+        the journal before this one was synced whole, store first (``PREVIOUS_SYNCED``)."""
         self.io = io
         self.path = path
         created = fresh or not path.exists()
         if created:
-            io.publish(path, FILE_HEADER.pack(MAGIC, VERSION, 0, snapshot_seq, last_record,
+            flags = PREVIOUS_SYNCED if previous_synced else 0
+            io.publish(path, FILE_HEADER.pack(MAGIC, VERSION, flags, snapshot_seq, last_record,
                                               index_id))
         self._file: File = io.open(path, direct=False, create=False)
         self._offset = self._file.size()
@@ -182,8 +187,8 @@ class Replay:
     #: how many records, from the first, a sync is known to have covered, their segments
     #: durable first (format 5: up to the furthest synced field; 0 in earlier formats)
     proven: int = 0
-    #: whether syncs prove segments (format 5): all records of a journal a newer one follows
-    proves_segments: bool = False
+    #: whether its header says that the journal before it was synced whole, store first
+    previous_synced: bool = False
 
 
 def read(io: FileIO, path: Path, last: bool, index_id: int | None = None) -> Replay:
@@ -198,7 +203,7 @@ def read(io: FileIO, path: Path, last: bool, index_id: int | None = None) -> Rep
     """
     raw = bytes(io.read_whole(path))
     size = len(raw)
-    after, version = _header(raw, path.name, FILES.seq(path), index_id)
+    after, version, flags = _header(raw, path.name, FILES.seq(path), index_id)
     records = list(_records(raw, path.name, version))
     offsets = [HEADERS[version].size] + [end for _, _, end in records]
     torn = size - offsets[-1]
@@ -207,10 +212,10 @@ def read(io: FileIO, path: Path, last: bool, index_id: int | None = None) -> Rep
             raise RecoveryError(f"{path.name}: damaged record at offset {offsets[-1]} in a "
                                 "journal that a newer one follows")
         cut(io, path, offsets[-1])
-    proves = version >= PROVES_SEGMENTS
     synced = max((s for _, s, _ in records), default=0)
-    proven = sum(end <= synced for _, _, end in records) if proves else 0
-    return Replay([r for r, _, _ in records], after, size, torn, offsets, proven, proves)
+    proven = sum(end <= synced for _, _, end in records) if version >= PROVES_SEGMENTS else 0
+    return Replay([r for r, _, _ in records], after, size, torn, offsets, proven,
+                  bool(flags & PREVIOUS_SYNCED))
 
 
 def cut(io: FileIO, path: Path, end: int) -> None:
@@ -223,11 +228,19 @@ def cut(io: FileIO, path: Path, end: int) -> None:
         f.close()
 
 
+def rewrite(io: FileIO, path: Path, start: int, records: list[Record]) -> None:
+    """Replace the records of journal ``path`` from offset ``start`` on by ``records``, at
+    once (a new file is published in its place). They name no synced bytes: they prove
+    nothing until a later sync of the file."""
+    head = bytes(io.read_whole(path, start))
+    io.publish(path, head + b"".join(encode_record(r) for r in records))
+
+
 def last_record(io: FileIO, path: Path) -> int:
     """The number of the last valid record of journal ``path``, or its R when it holds none;
     read without cutting anything. Raises RecoveryError if the file is not a readable journal."""
     raw = bytes(io.read_whole(path))
-    last, version = _header(raw, path.name, FILES.seq(path), None)
+    last, version, _ = _header(raw, path.name, FILES.seq(path), None)
     for rec, _, _ in _records(raw, path.name, version):
         last = rec.record_seq
     return last
@@ -238,14 +251,15 @@ def holds_no_record(io: FileIO, path: Path) -> bool:
     leaves it."""
     raw = bytes(io.read_whole(path))
     try:
-        _, version = _header(raw, path.name, FILES.seq(path), None)
+        _, version, _ = _header(raw, path.name, FILES.seq(path), None)
     except RecoveryError:
         return False
     return len(raw) == HEADERS[version].size
 
 
-def _header(raw: bytes, name: str, seq: int | None, index_id: int | None) -> tuple[int, int]:
-    """(R, format version) of the journal file ``raw``, its header checked: it must be
+def _header(raw: bytes, name: str, seq: int | None,
+            index_id: int | None) -> tuple[int, int, int]:
+    """(R, format version, flags) of the journal file ``raw``, its header checked: it must be
     journal ``seq`` of index ``index_id`` (unless None; 0 in versions before 4)."""
     if len(raw) < _HEADER_BEFORE_IDS.size:
         raise RecoveryError(f"{name}: {len(raw)} bytes is shorter than a journal header")
@@ -256,14 +270,15 @@ def _header(raw: bytes, name: str, seq: int | None, index_id: int | None) -> tup
     header = HEADERS[version]
     if len(raw) < header.size:
         raise RecoveryError(f"{name}: {len(raw)} bytes is shorter than a journal header")
-    _, _, reserved, n, after, *rest = header.unpack_from(raw)
-    if reserved or n != seq:
-        raise RecoveryError(f"{name}: damaged header (journal {n}, reserved {reserved})")
+    _, _, flags, n, after, *rest = header.unpack_from(raw)
+    known = PREVIOUS_SYNCED if version >= PROVES_SEGMENTS else 0
+    if flags & ~known or n != seq:
+        raise RecoveryError(f"{name}: damaged header (journal {n}, flags {flags})")
     owner = rest[0] if rest else 0
     if index_id is not None and owner != index_id:
         raise RecoveryError(f"{name}: a journal of another index (index id {owner:016x}, "
                             f"this index {index_id:016x}); run `sarp rebuild`")
-    return after, version
+    return after, version, flags
 
 
 def _records(raw: bytes, name: str, version: int) -> Iterator[tuple[Record, int, int]]:

@@ -24,19 +24,13 @@ if TYPE_CHECKING:
     from sarp.index import Index
 
 
-#: a journal record to append again after recovery: the ids of the segments it names that the
-#: store holds, and the blocks it added
-Relog = tuple[list[int], int]
-
-
-def recover(index: Index) -> tuple[dict[str, Any], list[Relog]]:
-    """Restore ``index``'s routing directory from its files; returns the recovery report and
-    the records ``roll_forward`` appends again (``_replay_journal``)."""
+def recover(index: Index) -> dict[str, Any]:
+    """Restore ``index``'s routing directory from its files; returns the recovery report."""
     t0 = time.perf_counter()
     root, io = index.path, index.io
     report: dict[str, Any] = dict(snapshot=None, snapshot_load_s=0.0, deserialize_s=0.0,
                                   rebuild_s=0.0, journal_replay_s=0.0, bytes_read=0,
-                                  journal_records=0, missing_segments=0, relogged_records=0,
+                                  journal_records=0, missing_segments=0, rewritten_records=0,
                                   torn_tail_bytes=0,
                                   rolled_forward=0, redone_builds=0, faults=[])
     loaded = None
@@ -83,9 +77,9 @@ def recover(index: Index) -> tuple[dict[str, Any], list[Relog]]:
                             f"(journals found from {base}: {[q for q, _ in chain]}; "
                             f"faults: {faults}); run `sarp rebuild`")
     last_seq = 0
-    relog: list[Relog] = []
-    for i, (_, path) in enumerate(chain):
-        replay = journal.read(io, path, last=i == len(chain) - 1, index_id=index.index_id)
+    replays = [journal.read(io, path, last=i == len(chain) - 1, index_id=index.index_id)
+               for i, (_, path) in enumerate(chain)]
+    for i, ((_, path), replay) in enumerate(zip(chain, replays, strict=True)):
         report["bytes_read"] += replay.bytes_read
         report["torn_tail_bytes"] += replay.torn_tail
         if i and replay.after_record != last_seq:
@@ -101,33 +95,35 @@ def recover(index: Index) -> tuple[dict[str, Any], list[Relog]]:
                     f"record {last_seq}: the journal records between them are missing; run "
                     "`sarp rebuild`")
             last_seq = rec.record_seq
-        last_seq, relog = _replay_journal(index, path, replay, i == len(chain) - 1, report)
+        newest = i == len(chain) - 1
+        # a journal that the next one says was synced whole before it began: all proven
+        proven = replay.proven if newest or not replays[i + 1].previous_synced \
+            else len(replay.records)
+        _replay_journal(index, path, replay, proven, newest, report)
     index.record_seq = last_seq  # numbering goes on from there, also after empty journals
     redo_pending(index, report)
     report["journal_replay_s"] = time.perf_counter() - t2
     index.epoch = chain[-1][0]
     report["total_s"] = time.perf_counter() - t0
-    return report, relog
+    return report
 
 
-def _replay_journal(index: Index, path: Path, replay: journal.Replay, newest: bool,
-                    report: dict[str, Any]) -> tuple[int, list[Relog]]:
-    """Re-register the segments the records of one journal name; returns the number of the
-    last record it keeps and the records to append again.
+def _replay_journal(index: Index, path: Path, replay: journal.Replay, proven: int,
+                    newest: bool, report: dict[str, Any]) -> None:
+    """Re-register the segments that the records of one journal name.
 
-    A segment the store lacks was stored after the last sync the journal proves (format 5:
-    each sync makes the store durable first), by an insert never acknowledged; it is counted
-    in ``missing_segments``. In a record that a sync proves, it is a segment the store lost:
-    ``CorruptionError``, nothing changed. The newest journal is cut back before the first
-    record that names such a segment, and the records from it on are returned, each with the
-    segments the store holds, to be appended again: a later sync would prove them, and the
-    segments they named as stored. Earlier formats prove nothing and are read as they are.
+    A segment the store lacks was stored after the last sync that the journal proves (format
+    5: each sync makes the store durable first), by an insert never acknowledged; it is
+    counted in ``missing_segments``. Under one of the first ``proven`` records, it is a
+    segment the store lost: ``CorruptionError``, and nothing is changed. In the newest
+    journal, the records from the first that names such a segment on are written again, at
+    once, each naming the segments the store holds only (their numbers, allocator ids and
+    block counts kept): left as they were, the next sync would prove them.
     """
-    proven = len(replay.records) if replay.proves_segments and not newest else replay.proven
-    kept = replay.after_record
-    relog: list[Relog] = []
+    rewritten: list[journal.Record] = []
     for k, rec in enumerate(replay.records):
         index.segments.advance_past(rec.next_segment_id - 1)
+        index.counters["indexed_blocks"] += rec.new_blocks
         ids = rec.segment_ids.tolist()
         stored = [seg for seg in index.segments.read_many(ids) if seg is not None]
         if len(stored) < len(ids) and k < proven:
@@ -140,23 +136,23 @@ def _replay_journal(index: Index, path: Path, replay: journal.Replay, newest: bo
                 "rebuild` rebuilds the index from the segments it holds")
         report["journal_records"] += 1
         report["missing_segments"] += len(ids) - len(stored)
-        if newest and (relog or len(stored) < len(ids)):
-            relog.append(([seg.segment_id for seg in stored], rec.new_blocks))
-        else:
-            index.counters["indexed_blocks"] += rec.new_blocks
-            kept = rec.record_seq
+        if newest and (rewritten or len(stored) < len(ids)):
+            rewritten.append(journal.Record(
+                rec.record_seq, rec.next_segment_id, rec.new_blocks,
+                np.array([seg.segment_id for seg in stored], dtype=np.uint64)))
         for seg in stored:
             index._run_inline(index.directory.place(seg.segment_id, seg.block_ids))
-    if relog:
-        journal.cut(index.io, path, replay.offsets[len(replay.records) - len(relog)])
-    return kept, relog
+    if rewritten:
+        journal.rewrite(index.io, path, replay.offsets[len(replay.records) - len(rewritten)],
+                        rewritten)
+        report["rewritten_records"] = len(rewritten)
 
 
-def roll_forward(index: Index, report: dict[str, Any], relog: list[Relog]) -> None:
-    """Append the records ``recover`` cut from the newest journal again (``relog``: without
-    the segments the store lacks); then register the segments stored under the ids that
-    follow the last one journaled, each with a journal record of its own. The journal is
-    synced before the index serves, the store durable first, so that its records are proven.
+def roll_forward(index: Index, report: dict[str, Any]) -> None:
+    """Register the segments stored under the ids that follow the last one journaled, each
+    with a journal record of its own. Then the store is made durable, in every mode (an
+    earlier session, in another mode or killed, may have left writes unsynced), and the
+    journal synced, before the index serves: that sync proves its records.
 
     An insert stores its segments before it appends their journal record, so a crash in
     between leaves them stored, unjournaled and unacknowledged; a journal cut at a record
@@ -172,16 +168,13 @@ def roll_forward(index: Index, report: dict[str, Any], relog: list[Relog]) -> No
 
     Runs once the journal writer is open (``Index._start``), after ``recover``."""
     t0 = time.perf_counter()
-    for ids, new_blocks in relog:
-        if ids:
-            index._journal_append(ids, new_blocks)
-    report["relogged_records"] = sum(bool(ids) for ids, _ in relog)
     segs = index.segments
     while (seg := segs.read(segs.next_id)) is not None:
         segs.advance_past(seg.segment_id)
         index._journal_append([seg.segment_id], seg.block_count)
         index._run_inline(index.directory.place(seg.segment_id, seg.block_ids))
         report["rolled_forward"] += 1
+    index.store.flush(durable=True)
     index._journal.sync()
     report["journal_replay_s"] += time.perf_counter() - t0
 

@@ -206,11 +206,13 @@ class RecordStore(ABC):
         """Make every earlier write durable (the group-commit point for ``group``).
 
         Under ``none`` it forces nothing to the device unless ``durable``: writes then survive
-        a crash of this process but not a power loss. ``durable`` syncs in every mode: a
-        snapshot of the index needs the segments it names on the device.
+        a crash of this process but not a power loss. ``durable`` syncs in every mode, under
+        ``sync`` too, whose writes are each durable but whose store may hold unsynced writes
+        of an earlier session in another mode or killed: a snapshot of the index, and its
+        journal's proof, need the segments they name on the device.
         """
         check_bool(durable, "durable")
-        sync = self.durability == "group" or durable and self.durability == "none"
+        sync = self.durability == "group" or durable
         self._run_write(lambda: self._flush(sync))
 
     def close(self) -> None:

@@ -33,7 +33,7 @@ def downgrade(path: Path, journal_version: int = 3) -> None:
     for _, p in journal.files(path):
         raw = p.read_bytes()
         out = bytearray(raw[:32])
-        struct.pack_into("<I", out, 8, journal_version)
+        struct.pack_into("<II", out, 8, journal_version, 0)  # flags came with version 5
         off = journal.FILE_HEADER.size
         while off + journal.RECORD_HEADER.size <= len(raw):
             length, reserved, digest = journal.RECORD_HEADER.unpack_from(raw, off)
@@ -51,7 +51,7 @@ def downgrade(path: Path, journal_version: int = 3) -> None:
 
 def set_journal_version(path: Path, version: int) -> None:
     """Give journal ``path`` another format version of the same layout (4 and 5 differ only
-    in what their syncs prove)."""
+    in what their syncs prove, and in the header's flags, which 4 lacks)."""
     raw = bytearray(path.read_bytes())
-    struct.pack_into("<I", raw, 8, version)
+    struct.pack_into("<II", raw, 8, version, 0)
     path.write_bytes(bytes(raw))

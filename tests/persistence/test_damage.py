@@ -280,11 +280,12 @@ def test_a_segment_the_store_lost_under_a_proven_record_is_refused(tmp_path):
         assert check_match(index, 5) == len(sequence(5)) // B
 
 
-def test_unproven_records_of_unstored_segments_are_appended_again_without_them(tmp_path):
+def test_unproven_records_of_unstored_segments_are_written_again_without_them(tmp_path):
     """A record naming segments the store lacks, which no sync is shown to have covered,
-    belongs to an insert never acknowledged. Recovery cuts the newest journal before it and
-    appends the records from it on again, with the segments the store holds only: left as
-    they were, the next sync would prove them, and the open after it would refuse the index."""
+    belongs to an insert never acknowledged. Recovery writes the newest journal again from
+    that record on, each record naming the segments the store holds only (numbers kept):
+    left as they were, the next sync would prove them, and the open after it would refuse
+    the index."""
     path = tmp_path / "i"
     build(path, 0, 6)
     seq, jpath = journal.files(path)[-1]
@@ -299,14 +300,15 @@ def test_unproven_records_of_unstored_segments_are_appended_again_without_them(t
     w.close()
     with sarp.open(path, backend="wiredtiger") as index:
         assert index.recovery["missing_segments"] == 2
-        assert index.recovery["relogged_records"] == 1
+        assert index.recovery["rewritten_records"] == 2
         insert(index, 6)  # a sync that proves every record before its own
     kept = journal.read(FileIO(), jpath, last=True).records
     assert [r.record_seq for r in kept] == list(range(1, len(kept) + 1))
     assert not set(missing) & {int(i) for r in kept for i in r.segment_ids}
+    assert len(kept[-3].segment_ids) == 0 and kept[-3].new_blocks == 7
     assert [int(i) for i in kept[-2].segment_ids] == [int(i) for i in records[2].segment_ids]
     report = assert_all_match(path, 7)
-    assert (report["missing_segments"], report["relogged_records"]) == (0, 0)
+    assert (report["missing_segments"], report["rewritten_records"]) == (0, 0)
 
 
 def test_damaged_journal_record_before_valid_ones_is_refused(tmp_path):

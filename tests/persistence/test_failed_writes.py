@@ -21,12 +21,13 @@ import numpy as np
 import pytest
 
 import sarp
-from sarp import journal, snapshot
+from sarp import journal
 from sarp.errors import RecoveryError, SyncFailedError, WritesStoppedError
 from storage_backends import open_store
 from storage_backends.io import FileIO, PowerLossIO
 from storage_backends.write_stop import WriteStop
 
+from .power import snapshot_cut_by_power
 from .workload import CONFIG, check_match, metadata, sequence
 
 B = CONFIG["block_size"]
@@ -309,18 +310,7 @@ def test_a_journal_cut_after_a_failed_sync_is_followed_without_a_gap(then: str,
     with _journal_sync_fails(io, index), pytest.raises(SyncFailedError):
         _insert(index, 5)
     if then.startswith("power cut"):
-        real_write = snapshot.write
-
-        def power_cut(*args, **kwargs):  # type: ignore[no-untyped-def]
-            io.crash("drop")
-            raise OSError(errno.EIO, "power cut")
-
-        snapshot.write = power_cut  # type: ignore[assignment]
-        try:
-            with pytest.raises(OSError, match="power cut"):
-                index.snapshot()
-        finally:
-            snapshot.write = real_write  # type: ignore[assignment]
+        snapshot_cut_by_power(index, io)
     else:
         index.snapshot()
         index.close()

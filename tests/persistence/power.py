@@ -1,0 +1,28 @@
+"""A power cut in the middle of a snapshot, for the tests that recover from one."""
+
+from __future__ import annotations
+
+import errno
+from typing import Any
+
+import pytest
+
+from sarp import snapshot
+from storage_backends.io import PowerLossIO
+
+
+def snapshot_cut_by_power(index: Any, io: PowerLossIO) -> None:
+    """``index.snapshot()`` with a power cut (unsynced writes dropped) where it writes the
+    snapshot file: the journal switch is done, the snapshot never published."""
+    real = snapshot.write
+
+    def power_cut(*args: object, **kwargs: object) -> None:
+        io.crash("drop")
+        raise OSError(errno.EIO, "power cut")
+
+    snapshot.write = power_cut  # type: ignore[assignment]
+    try:
+        with pytest.raises(OSError, match="power cut"):
+            index.snapshot()
+    finally:
+        snapshot.write = real  # type: ignore[assignment]
