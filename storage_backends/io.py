@@ -292,8 +292,10 @@ class PowerLossIO(FileIO):
     ``fail_syncs(n)`` makes the next ``n`` syncs fail as Linux fails them: EIO (raised as
     ``SyncFailedError``), and the file's unsynced writes stay readable but are lost at the
     crash (the bytes they replaced, or zeros past the old end of the file), whatever later
-    syncs do; ``tear`` and ``reorder`` may still put back a prefix of the newest write, lost
-    or not (harsher than Linux, never kinder).
+    syncs do, unless a later truncation took off their whole range and a sync then made the
+    file durable (a file published again in place of one whose sync failed); ``tear`` and
+    ``reorder`` may still put back a prefix of the newest write, lost or not (harsher than
+    Linux, never kinder).
     """
 
     def __init__(self, seed: int = 0) -> None:
@@ -355,7 +357,14 @@ class PowerLossIO(FileIO):
             self._pending = [(*w[:5], w[5] or w[0] == f.path) for w in self._pending]
             raise SyncFailedError(errno.EIO, f"simulated failed sync of {f.path.name}")
         super()._sync(f, data_only)
-        self._pending = [w for w in self._pending if w[0] != f.path or w[5]]
+        self._pending = [w for i, w in enumerate(self._pending)
+                         if w[0] != f.path or w[5] and not self._truncated_after(i)]
+
+    def _truncated_after(self, i: int) -> bool:
+        """Whether a truncation of its file, made after the lost write ``i``, took off all of
+        the range it wrote: once synced, the file's durable bytes there are what came after."""
+        path, offset = self._pending[i][:2]
+        return any(w[0] == path and not w[2] and w[1] <= offset for w in self._pending[i + 1:])
 
     def fail_syncs(self, n: int = 1) -> None:
         """Make the next ``n`` syncs fail (see the class docstring)."""

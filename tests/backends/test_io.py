@@ -188,6 +188,30 @@ def test_power_loss_keeps_renamed_files_tracked(tmp_path: Path) -> None:
     assert (tmp_path / "x").read_bytes() == b""
 
 
+def test_power_loss_a_file_published_again_after_a_failed_sync_is_durable(
+        tmp_path: Path) -> None:
+    """A failed sync loses the file's unsynced writes at the crash, whatever later syncs do;
+    but a file published again in the same place (truncated to nothing, written, synced)
+    holds what the successful sync made durable."""
+    io = PowerLossIO()
+    io.fail_syncs(1)
+    with pytest.raises(SyncFailedError):
+        io.publish(tmp_path / "x", b"first")
+    io.publish(tmp_path / "x", b"second")
+    io.crash("drop")
+    assert (tmp_path / "x").read_bytes() == b"second"
+    io = PowerLossIO()
+    f = io.open(tmp_path / "y", direct=False)
+    f.pwrite(b"12345678", 0)
+    io.fail_syncs(1)
+    with pytest.raises(SyncFailedError):
+        f.fsync()
+    f.truncate(4)  # takes off the end of the lost write only
+    f.fsync()
+    io.crash("drop")
+    assert (tmp_path / "y").read_bytes() == bytes(4)
+
+
 @pytest.mark.parametrize("op", ["write", "read"])
 def test_a_transfer_o_direct_rejects_switches_the_file_to_buffered_io(tmp_path: Path,
                                                                       op: str) -> None:
