@@ -211,21 +211,16 @@ def read(io: FileIO, path: Path, last: bool, index_id: int | None = None) -> Rep
         if not last:
             raise RecoveryError(f"{path.name}: damaged record at offset {offsets[-1]} in a "
                                 "journal that a newer one follows")
-        cut(io, path, offsets[-1])
+        f = io.open(path, direct=False, create=False)
+        try:
+            f.truncate(offsets[-1])
+            f.fsync()
+        finally:
+            f.close()
     synced = max((s for _, s, _ in records), default=0)
     proven = sum(end <= synced for _, _, end in records) if version >= PROVES_SEGMENTS else 0
     return Replay([r for r, _, _ in records], after, size, torn, offsets, proven,
                   bool(flags & PREVIOUS_SYNCED))
-
-
-def cut(io: FileIO, path: Path, end: int) -> None:
-    """Cut journal ``path`` back to its first ``end`` bytes, durably."""
-    f = io.open(path, direct=False, create=False)
-    try:
-        f.truncate(end)
-        f.fsync()
-    finally:
-        f.close()
 
 
 def rewrite(io: FileIO, path: Path, start: int, records: list[Record]) -> None:

@@ -1,4 +1,4 @@
-"""A power cut in the middle of a snapshot, for the tests that recover from one."""
+"""A kill, and a power cut in the middle of a snapshot, for the tests that recover from them."""
 
 from __future__ import annotations
 
@@ -9,6 +9,14 @@ import pytest
 
 from sarp import snapshot
 from storage_backends.io import PowerLossIO
+
+
+def killed(index: Any) -> None:
+    """End ``index`` as kill -9 would: what it queued in memory is gone, what it wrote stays
+    (in the page cache, not durable), and the store's lock is released."""
+    lock = index.store._lock_file
+    assert lock is not None
+    lock.close()
 
 
 def snapshot_cut_by_power(index: Any, io: PowerLossIO) -> None:

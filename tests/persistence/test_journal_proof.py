@@ -16,7 +16,7 @@ from sarp import journal, recovery, snapshot
 from storage_backends import open_store
 from storage_backends.io import FileIO, PowerLossIO
 
-from .power import snapshot_cut_by_power
+from .power import killed, snapshot_cut_by_power
 from .workload import CONFIG, check_match, metadata, sequence
 
 B = CONFIG["block_size"]
@@ -26,14 +26,6 @@ ODIRECT = dict(backend="odirect", direct_io=False)
 def _insert(index: sarp.Index, i: int) -> None:
     tokens = sequence(i)
     index.insert(tokens=tokens, metadata=metadata(sarp.block_ids(tokens, B)))
-
-
-def _killed(index: sarp.Index) -> None:
-    """End ``index`` as kill -9 would: what it queued in memory is gone, what it wrote stays
-    (in the page cache, not durable), and the store's lock is released."""
-    lock = index.store._lock_file
-    assert lock is not None
-    lock.close()
 
 
 def test_a_rebuild_stopped_before_its_snapshot_leaves_an_index_that_opens(
@@ -86,7 +78,7 @@ def test_a_reopen_under_sync_makes_the_segments_of_a_killed_session_durable(
     index.flush()
     for i in range(5, 8):
         _insert(index, i)  # not flushed: not acknowledged
-    _killed(index)
+    killed(index)
     again = sarp.open(path, durability="sync", store_options={"io": io}, _io=io,
                       snapshot_on_close=False, **ODIRECT)
     assert again.recovery["rolled_forward"] > 0
@@ -118,7 +110,7 @@ def test_a_crash_before_the_relog_is_written_leaves_no_stored_id_to_allocate_aga
     for i in range(3, 6):
         _insert(index, i)  # not flushed; their records written behind
     index._journal._write_pending()
-    _killed(index)
+    killed(index)
     with open_store("odirect", path / "store", direct_io=False, dense_keys=True) as store:
         store.delete(lost)  # the power cut lost it, and kept the later ones
         stored = [k for k, _ in store.scan()]

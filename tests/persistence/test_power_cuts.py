@@ -21,6 +21,7 @@ import sarp
 from sarp.errors import SyncFailedError, WritesStoppedError
 from storage_backends.io import PowerLossIO
 
+from .power import killed
 from .workload import CONFIG, check_match, metadata, sequence
 
 B = CONFIG["block_size"]
@@ -71,7 +72,7 @@ def _session(path: Path, seed: int, mixed: bool) -> tuple[str, set[tuple[str, in
             elif op < 0.95:  # kill -9, then reopen
                 if index.stats()["writes_stopped"]:
                     break
-                index.store._lock_file.close()
+                killed(index)
                 pending = set()
                 io.fail_syncs(0)
                 mode = rng.choice(MODES) if mixed else mode
