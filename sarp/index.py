@@ -54,7 +54,7 @@ from sarp.routing import Build, Events, RoutingDirectory
 from sarp.segments import HeldSegments, SegmentStore
 from storage_backends.base import check_io
 from storage_backends.calls import Calls
-from storage_backends.io import FileIO
+from storage_backends.io import SYNC_FAILED_FILE, FileIO
 
 CONFIG_FILE = "sarp.json"
 STORE_DIR = "store"
@@ -563,7 +563,8 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
     # temporary files of it and of sarp.json (published last)
     first_journal = journal.FILES.name(0)
     if not existing and root.exists() and {p.name for p in root.iterdir()} - {
-            STORE_DIR, CONFIG_FILE + ".tmp", first_journal, first_journal + ".tmp"}:
+            STORE_DIR, CONFIG_FILE + ".tmp", first_journal, first_journal + ".tmp",
+            SYNC_FAILED_FILE}:
         raise ValueError(f"path {str(root)!r} is not empty and holds no SARP index")
     if existing:
         stored, index_id = loads(cfg_file.read_bytes(), str(cfg_file))
@@ -614,6 +615,8 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
         store.close()
         return created_meanwhile()
     try:
+        # under the store's lock, before a journal is read (docs/durability.md)
+        redone = io.redo_failed_syncs(root) + store.redone_files
         if not existing:  # checked once, when the index is created
             _check_nothing_stored(root, store, io)
             _check_segments_fit(cfg, store)
@@ -640,6 +643,7 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
         _remove_created(created, root, before, io)
         raise
     index.recovery["store_open_s"] = store_open_s
+    index.recovery["redone_files"] = redone
     if salvage_s is not None:
         index.recovery["salvage_s"] = salvage_s
     index.recovery["total_s"] = time.perf_counter() - t0

@@ -149,6 +149,8 @@ class RecordStore(ABC):
         self._calls = Calls(lambda: StoreClosedError(
             f"{self.kind} store at {str(self.path)!r} is closed"))
         self._lock_file: File | None = None  # held from ``_claim`` to ``close()``
+        #: files whose failed sync ``_claim`` redid (``FileIO.redo_failed_syncs``)
+        self.redone_files = 0
         self._stop = WriteStop(lambda: f"{self.kind} store at {str(self.path)!r}",
                                "reopen it to recover")
         self._counter_lock = threading.Lock()
@@ -265,11 +267,14 @@ class RecordStore(ABC):
     def _claim(self, io: FileIO | None = None) -> Iterator[None]:
         """Create or check the store directory (``claim_directory``) and lock it until
         ``close()`` (``FileIO.lock``): two open handles would each write the store's files
-        from their own state. The body opens the engine; if it raises, the lock is released."""
+        from their own state. Files whose sync failed in an earlier session are made durable
+        as they read now before the engine reads them (``FileIO.redo_failed_syncs``). The
+        body opens the engine; if it raises, the lock is released."""
         io = io or FileIO()
         claim_directory(self.path, self.kind, io)
         self._lock_file = io.lock(self.path, f"{self.kind} store")
         try:
+            self.redone_files = io.redo_failed_syncs(self.path)
             yield
         except BaseException:
             self._lock_file.close()

@@ -24,6 +24,11 @@ from sarp.errors import StoreLockedError, SyncFailedError
 
 MIN_BLOCK = 4096
 LOCK_FILE = "LOCK"
+#: names the files of its directory whose sync failed since they were last made durable whole
+#: (docs/durability.md, "Failed writes"): the next open of the directory redoes them
+SYNC_FAILED_FILE = "SYNC_FAILED"
+#: the unit ``redo_failed_syncs`` copies in; all-zero chunks are left as holes
+REDO_CHUNK = 1 << 20
 SECTOR = 512
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 
@@ -76,12 +81,14 @@ class File:
         self.io._pwrite(self, buf, offset)
 
     def fdatasync(self) -> None:
-        """Make the file's written data (and its size, if changed) durable; not other metadata."""
-        self.io._sync(self, data_only=True)
+        """Make the file's written data (and its size, if changed) durable; not other metadata.
+        A failure is remembered for the directory's next open (``FileIO.redo_failed_syncs``)."""
+        self.io._sync_in_place(self, data_only=True)
 
     def fsync(self) -> None:
-        """Make the file's data and all its metadata durable (its name needs ``fsync_dir``)."""
-        self.io._sync(self, data_only=False)
+        """Make the file's data and all its metadata durable (its name needs ``fsync_dir``);
+        a failure is remembered as for ``fdatasync``."""
+        self.io._sync_in_place(self, data_only=False)
 
     def truncate(self, size: int) -> None:
         """Cut or extend the file to ``size`` bytes (durable only after a sync)."""
@@ -196,6 +203,72 @@ class FileIO:
             n += os.pwritev(f.fd, [view[n:]], offset + n)
         self._add(writes=1, bytes_written=len(view))
 
+    def _sync_in_place(self, f: File, data_only: bool) -> None:
+        """Sync ``f``; if that fails, name it in its directory's SYNC_FAILED file.
+
+        Linux may mark the pages it failed to write clean: they read back whole until the
+        next reboot, and no later sync writes them. A process that reopens the file would take
+        them for durable data. The file is written next to them, without a sync (it only has
+        to outlive the process, not a power cut, which drops those pages anyway).
+        """
+        try:
+            self._sync(f, data_only)
+        except SyncFailedError:
+            marker = self.open(f.path.parent / SYNC_FAILED_FILE, direct=False)
+            try:
+                marker.pwrite((f.path.name + "\n").encode(), marker.size())
+            finally:
+                marker.close()
+            raise
+
+    def redo_failed_syncs(self, directory: str | Path) -> int:
+        """Make durable what the files named in ``directory``'s SYNC_FAILED file hold now.
+
+        Called by an open that holds the directory's lock, before it reads anything there.
+        Each named file that exists is copied whole to a new file, synced and renamed over
+        it, so that no page a failed sync left clean but unwritten is taken for durable;
+        the SYNC_FAILED file is then removed. Names that are not plain file names of the
+        directory (or name its LOCK) are ignored. Returns the number of files redone.
+        """
+        d = Path(directory)
+        marker = d / SYNC_FAILED_FILE
+        if not marker.exists():
+            return 0
+        names = set(bytes(self.read_whole(marker)).decode("utf-8", "replace").split("\n"))
+        files = [d / n for n in sorted(names) if n and n == Path(n).name
+                 and n not in (LOCK_FILE, SYNC_FAILED_FILE, ".", "..")]
+        files = [p for p in files if p.is_file()]
+        for p in files:
+            self._copy_in_place(p)
+        self.unlink(marker)
+        self.fsync_dir(d)
+        return len(files)
+
+    def _copy_in_place(self, path: Path) -> None:
+        """Replace ``path`` by a synced copy of itself (holes kept: all-zero chunks are not
+        written); the caller syncs the directory."""
+        tmp = path.with_name(path.name + ".redo")
+        src = self.open(path, direct=False, read_only=True)
+        try:
+            dst = self.open(tmp, direct=False)
+            try:
+                size = src.size()
+                dst.truncate(0)
+                dst.truncate(size)
+                buf = bytearray(REDO_CHUNK)
+                zeros = bytes(REDO_CHUNK)
+                with memoryview(buf) as view:
+                    for offset in range(0, size, REDO_CHUNK):
+                        n = src.pread(view, offset)
+                        if buf[:n] != zeros[:n]:  # compared by memcmp
+                            dst.pwrite(view[:n], offset)
+                self._sync(dst, data_only=False)
+            finally:
+                dst.close()
+        finally:
+            src.close()
+        self.rename(tmp, path)
+
     def _sync(self, f: File, data_only: bool) -> None:
         sync, counter = (os.fdatasync, "fdatasyncs") if data_only else (os.fsync, "fsyncs")
         try:
@@ -252,7 +325,7 @@ class FileIO:
         try:
             f.truncate(0)
             f.pwrite(data, 0)
-            f.fsync()
+            self._sync(f, data_only=False)  # a failure leaves ``path`` as it was
         finally:
             f.close()
         self.rename(tmp, p)
@@ -293,7 +366,8 @@ class PowerLossIO(FileIO):
     ``SyncFailedError``), and the file's unsynced writes stay readable but are lost at the
     crash (the bytes they replaced, or zeros past the old end of the file), whatever later
     syncs do, unless a later truncation took off their whole range and a sync then made the
-    file durable (a file published again in place of one whose sync failed); ``tear`` and
+    file durable (a file published again in place of one whose sync failed), or a rename
+    replaced the file (``FileIO.redo_failed_syncs``); ``tear`` and
     ``reorder`` may still put back a prefix of the newest write, lost or not (harsher than
     Linux, never kinder).
     """
@@ -348,7 +422,9 @@ class PowerLossIO(FileIO):
         for f in self._files:
             if f.path == src:
                 f.path = dst
-        self._pending = [(dst if w[0] == src else w[0], *w[1:]) for w in self._pending]
+        # the file replaced at dst is gone, with its unsynced writes (lost ones too)
+        self._pending = [(dst if w[0] == src else w[0], *w[1:]) for w in self._pending
+                         if w[0] != dst]
 
     def _sync(self, f: File, data_only: bool) -> None:
         self._check()

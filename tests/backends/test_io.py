@@ -212,6 +212,68 @@ def test_power_loss_a_file_published_again_after_a_failed_sync_is_durable(
     assert (tmp_path / "y").read_bytes() == bytes(4)
 
 
+def test_a_failed_sync_is_redone_by_the_next_open_and_then_survives_a_power_cut(
+        tmp_path: Path) -> None:
+    """A failed sync names its file in the directory's SYNC_FAILED file; the pages it lost
+    still read back until the power cut. ``redo_failed_syncs`` copies the file as it reads
+    now, holes kept, and removes the marker: after the power cut the file holds what it read
+    at the redo, where without the redo it would lose the failed sync's writes."""
+    io = PowerLossIO()
+    f = io.open(tmp_path / "data", direct=False)
+    f.pwrite(b"a" * 4096, 0)
+    f.fsync()
+    f.pwrite(b"b" * 4096, 0)
+    f.pwrite(b"c" * 4096, 3 * sio.REDO_CHUNK)  # the chunks between stay a hole
+    io.fail_syncs(1)
+    with pytest.raises(SyncFailedError):
+        f.fdatasync()
+    f.close()
+    marker = tmp_path / sio.SYNC_FAILED_FILE
+    assert marker.read_bytes() == b"data\n"
+    want = (tmp_path / "data").read_bytes()
+    assert io.redo_failed_syncs(tmp_path) == 1
+    assert not marker.exists() and not (tmp_path / "data.redo").exists()
+    assert io.redo_failed_syncs(tmp_path) == 0
+    assert (tmp_path / "data").stat().st_blocks * 512 < 2 * sio.REDO_CHUNK
+    io.crash("drop")
+    assert (tmp_path / "data").read_bytes() == want
+
+
+def test_without_the_redo_a_failed_sync_loses_its_writes_at_a_power_cut(
+        tmp_path: Path) -> None:
+    """What the redo prevents: a later sync that succeeds does not make the lost writes
+    durable (the model of Linux that the test above relies on)."""
+    io = PowerLossIO()
+    f = io.open(tmp_path / "data", direct=False)
+    f.pwrite(b"a" * 4096, 0)
+    io.fail_syncs(1)
+    with pytest.raises(SyncFailedError):
+        f.fsync()
+    f.fsync()
+    io.crash("drop")
+    assert (tmp_path / "data").read_bytes() == bytes(4096)
+
+
+def test_a_failed_publish_names_no_file_and_the_redo_ignores_foreign_names(
+        tmp_path: Path) -> None:
+    """``publish`` leaves the old file in place when its sync fails, so there is nothing to
+    redo. A SYNC_FAILED file's names other than plain files of the directory (a path, the
+    LOCK file, a missing file) are ignored; the marker is removed all the same."""
+    io = PowerLossIO()
+    io.fail_syncs(1)
+    with pytest.raises(SyncFailedError):
+        io.publish(tmp_path / "x", b"first")
+    assert not (tmp_path / sio.SYNC_FAILED_FILE).exists()
+    lock = io.lock(tmp_path, "test directory")
+    inode = (tmp_path / sio.LOCK_FILE).stat().st_ino
+    (tmp_path / "sub").mkdir()
+    (tmp_path / sio.SYNC_FAILED_FILE).write_bytes(b"../x\nLOCK\nmissing\nsub\n\n\xff\n")
+    assert io.redo_failed_syncs(tmp_path) == 0
+    assert (tmp_path / sio.LOCK_FILE).stat().st_ino == inode
+    assert not (tmp_path / sio.SYNC_FAILED_FILE).exists()
+    lock.close()
+
+
 @pytest.mark.parametrize("op", ["write", "read"])
 def test_a_transfer_o_direct_rejects_switches_the_file_to_buffered_io(tmp_path: Path,
                                                                       op: str) -> None:

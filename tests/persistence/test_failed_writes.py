@@ -27,7 +27,7 @@ from storage_backends import open_store
 from storage_backends.io import FileIO, PowerLossIO
 from storage_backends.write_stop import WriteStop
 
-from .power import snapshot_cut_by_power
+from .power import killed, snapshot_cut_by_power
 from .workload import CONFIG, check_match, metadata, sequence
 
 B = CONFIG["block_size"]
@@ -407,3 +407,66 @@ def test_a_durable_point_survives_a_power_cut(tmp_path, durability, point):
         assert again.recovery["missing_segments"] == 0
         for i in range(5):
             assert check_match(again, i) == len(sequence(i)) // B
+
+
+@pytest.mark.parametrize("backend", ["odirect", "flashlog"])
+def test_a_reopen_after_a_failed_store_sync_makes_what_it_reads_durable(
+        backend: str, tmp_path: Path) -> None:
+    """Under ``group``, a flush whose store sync fails raises, and the pages it lost still
+    read back. A reopen without a power cut between takes their segments, and a later flush
+    proves them: inserts acknowledged then (the same sequences again, which write nothing)
+    rely on them. The reopen redoes the failed sync (``FileIO.redo_failed_syncs``), so they
+    survive the power cut. Without it, odirect lost them."""
+    io = PowerLossIO(0)
+    path = tmp_path / "i"
+    options = dict(backend=backend, direct_io=False, durability="group",
+                   store_options={"io": io}, _io=io)
+    index = sarp.open(path, **options, **CONFIG)
+    for i in range(20):
+        _insert(index, i)
+        if i == 9:
+            index.flush()
+    io.fail_syncs(1)
+    with pytest.raises(SyncFailedError):
+        index.flush()
+    with pytest.raises(WritesStoppedError):
+        index.close()
+    with sarp.open(path, **options) as again:
+        assert again.recovery["redone_files"] >= 1
+        for i in range(10, 20):
+            _insert(again, i)
+        again.flush()
+    io.crash("drop")
+    with sarp.open(path) as again:
+        assert again.recovery["redone_files"] == 0
+        for i in range(20):
+            assert check_match(again, i) == _full(i), i
+
+
+def test_a_reopen_after_a_failed_journal_sync_makes_the_journal_durable(
+        tmp_path: Path) -> None:
+    """Under ``sync``, the journal's sync fails in an insert and the index is killed, so
+    close() does not cut the journal back: its lost records still read back. The reopen
+    takes them and appends after them, and later inserts are acknowledged; no snapshot
+    covers them. The reopen redoes the journal's failed sync, so after the power cut the
+    journal reads whole (without the redo, the lost bytes before synced records were
+    damage, and the open failed)."""
+    io = PowerLossIO(0)
+    path = tmp_path / "i"
+    options = dict(backend="odirect", direct_io=False, durability="sync",
+                   snapshot_on_close=False, store_options={"io": io}, _io=io)
+    index = sarp.open(path, **options, **CONFIG)
+    for i in range(10):
+        _insert(index, i)
+    with _journal_sync_fails(io, index), pytest.raises(SyncFailedError):
+        _insert(index, 10)
+    killed(index)
+    with sarp.open(path, **options) as again:
+        assert again.recovery["redone_files"] == 1
+        for i in range(11, 20):
+            _insert(again, i)
+    io.crash("drop")
+    with sarp.open(path) as again:
+        assert again.recovery["torn_tail_bytes"] == 0
+        for i in range(20):
+            assert check_match(again, i) == _full(i), i

@@ -2,8 +2,8 @@
 
 Each seed runs an index on odirect or flashlog through ``PowerLossIO``: batches of inserts
 (sequences that share prefixes, and one-block sequences of their own), flushes, snapshots,
-failed syncs, and kills (the process's lock released, its memory gone) followed by reopens,
-in one durability mode or, in the mixed runs, a mode picked again at each reopen. A power
+failed syncs, and kills (the process's lock released, its memory gone) followed by reopens
+without a restart, also after a failed sync (``FileIO.redo_failed_syncs``), in one durability mode or, in the mixed runs, a mode picked again at each reopen. A power
 cut (drop, tear or reorder) ends it. The index must then open, and every insert that its
 mode acknowledged must match whole: under ``sync`` on return, under ``group`` and ``none``
 once a later ``flush()`` or ``snapshot()`` returned.
@@ -69,9 +69,7 @@ def _session(path: Path, seed: int, mixed: bool) -> tuple[str, set[tuple[str, in
                 pending = set()
             elif op < 0.85:
                 io.fail_syncs(1)
-            elif op < 0.95:  # kill -9, then reopen
-                if index.stats()["writes_stopped"]:
-                    break
+            elif op < 0.95:  # kill -9, then reopen (after a failed sync too: no restart)
                 killed(index)
                 pending = set()
                 io.fail_syncs(0)
@@ -95,8 +93,12 @@ def _check(tmp_path: Path, seed: int, mixed: bool) -> None:
     assert not lost, f"seed {seed} ({kind}): acknowledged inserts lost: {lost[:10]}"
 
 
+#: seeds run by default: 104 reopens after a failed sync (without the redo it lost inserts)
+DEFAULT_SEEDS = (*range(6), 104)
+
+
 @pytest.mark.parametrize("mixed", [False, True])
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", DEFAULT_SEEDS)
 def test_a_power_cut_loses_no_acknowledged_insert(tmp_path: Path, seed: int,
                                                   mixed: bool) -> None:
     _check(tmp_path, seed, mixed)
@@ -104,7 +106,7 @@ def test_a_power_cut_loses_no_acknowledged_insert(tmp_path: Path, seed: int,
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mixed", [False, True])
-@pytest.mark.parametrize("seed", range(6, 200))
+@pytest.mark.parametrize("seed", [s for s in range(200) if s not in DEFAULT_SEEDS])
 def test_a_power_cut_loses_no_acknowledged_insert_over_many_seeds(tmp_path: Path, seed: int,
                                                                   mixed: bool) -> None:
     _check(tmp_path, seed, mixed)
