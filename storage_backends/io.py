@@ -16,6 +16,7 @@ import os
 import random
 import threading
 import warnings
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,8 @@ class FileIO:
             ("reads", "writes", "bytes_read", "bytes_written", "fsyncs", "fdatasyncs",
              "dir_fsyncs"), 0)
         self.direct_fallbacks = 0
+        #: the files this FileIO opened and has not seen collected: a rename renames them
+        self._open_files: weakref.WeakSet[File] = weakref.WeakSet()
 
     def _add(self, **deltas: int) -> None:
         with self._lock:
@@ -125,14 +128,19 @@ class FileIO:
         with O_DIRECT if ``direct`` and possible."""
         p = Path(path)
         flags = os.O_RDONLY if read_only else os.O_RDWR | (os.O_CREAT if create else 0)
+        f = None
         if direct and _O_DIRECT:
             try:
-                return File(self, p, os.open(p, flags | _O_DIRECT, 0o644), True, flags)
+                f = File(self, p, os.open(p, flags | _O_DIRECT, 0o644), True, flags)
             except OSError as e:
                 if e.errno != errno.EINVAL:
                     raise
                 self._warn_fallback(p)
-        return File(self, p, os.open(p, flags, 0o644), False, flags)
+        if f is None:
+            f = File(self, p, os.open(p, flags, 0o644), False, flags)
+        with self._lock:
+            self._open_files.add(f)
+        return f
 
     def lock(self, directory: str | Path, what: str) -> File:
         """Lock ``directory`` for one handle: an exclusive ``flock`` of its LOCK file, held
@@ -214,34 +222,46 @@ class FileIO:
         try:
             self._sync(f, data_only)
         except SyncFailedError:
-            marker = self.open(f.path.parent / SYNC_FAILED_FILE, direct=False)
             try:
-                marker.pwrite((f.path.name + "\n").encode(), marker.size())
-            finally:
-                marker.close()
+                marker = self.open(f.path.parent / SYNC_FAILED_FILE, direct=False)
+                try:
+                    marker.pwrite((f.path.name + "\n").encode(), marker.size())
+                finally:
+                    marker.close()
+            except OSError:
+                pass  # the failing device: the sync's failure is raised all the same
             raise
 
     def redo_failed_syncs(self, directory: str | Path) -> int:
         """Make durable what the files named in ``directory``'s SYNC_FAILED file hold now.
 
         Called by an open that holds the directory's lock, before it reads anything there.
-        Each named file that exists is copied whole to a new file, synced and renamed over
-        it, so that no page a failed sync left clean but unwritten is taken for durable;
-        the SYNC_FAILED file is then removed. Names that are not plain file names of the
-        directory (or name its LOCK) are ignored. Returns the number of files redone.
+        The SYNC_FAILED file is made durable first, so that a power cut during the redo
+        leaves it to the next open, whose redo replaces any copy left half made. Each named
+        file that exists is then copied whole to a new file, synced and renamed over it, so
+        that no page a failed sync left clean but unwritten is taken for durable; once the
+        directory is synced, the SYNC_FAILED file is removed. Names that are not plain file
+        names of the directory (or name its LOCK) are ignored. Returns the number of files
+        redone.
         """
         d = Path(directory)
         marker = d / SYNC_FAILED_FILE
         if not marker.exists():
             return 0
+        f = self.open(marker, direct=False, create=False)
+        try:
+            self._sync(f, data_only=False)
+        finally:
+            f.close()
+        self.fsync_dir(d)
         names = set(bytes(self.read_whole(marker)).decode("utf-8", "replace").split("\n"))
         files = [d / n for n in sorted(names) if n and n == Path(n).name
                  and n not in (LOCK_FILE, SYNC_FAILED_FILE, ".", "..")]
         files = [p for p in files if p.is_file()]
         for p in files:
             self._copy_in_place(p)
-        self.unlink(marker)
         self.fsync_dir(d)
+        self.unlink(marker)  # not synced: if it comes back after a power cut, a redo is harmless
         return len(files)
 
     def _copy_in_place(self, path: Path) -> None:
@@ -332,8 +352,14 @@ class FileIO:
         self.fsync_dir(p.parent)
 
     def rename(self, src: str | Path, dst: str | Path) -> None:
-        """Atomically replace ``dst`` by ``src`` (durable after ``fsync_dir``)."""
+        """Atomically replace ``dst`` by ``src`` (durable after ``fsync_dir``); the files this
+        FileIO has open at ``src`` are then named ``dst`` (as a failed sync names them)."""
         os.replace(src, dst)
+        src, dst = Path(src), Path(dst)
+        with self._lock:
+            for f in list(self._open_files):
+                if f.path == src:
+                    f.path = dst
 
     def unlink(self, path: str | Path) -> None:
         """Remove ``path`` if it exists (durable after ``fsync_dir``); not counted."""
@@ -419,9 +445,6 @@ class PowerLossIO(FileIO):
         self._check()
         super().rename(src, dst)
         src, dst = Path(src), Path(dst)
-        for f in self._files:
-            if f.path == src:
-                f.path = dst
         # the file replaced at dst is gone, with its unsynced writes (lost ones too)
         self._pending = [(dst if w[0] == src else w[0], *w[1:]) for w in self._pending
                          if w[0] != dst]

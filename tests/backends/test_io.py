@@ -254,6 +254,61 @@ def test_without_the_redo_a_failed_sync_loses_its_writes_at_a_power_cut(
     assert (tmp_path / "data").read_bytes() == bytes(4096)
 
 
+def test_a_power_cut_during_the_redo_leaves_it_to_the_next_open(tmp_path: Path) -> None:
+    """The redo makes SYNC_FAILED durable before it copies: a power cut before its rename
+    leaves the marker, and the next open's redo replaces the half-made copy."""
+    io = PowerLossIO()
+    f = io.open(tmp_path / "data", direct=False)
+    f.pwrite(b"b" * 4096, 0)
+    io.fail_syncs(1)
+    with pytest.raises(SyncFailedError):
+        f.fsync()
+    f.close()
+
+    def cut(src: object, dst: object) -> None:
+        io.crash("drop")
+        raise OSError(errno.EIO, "power cut")
+
+    io.rename = cut  # type: ignore[method-assign]
+    with pytest.raises(OSError, match="power cut"):
+        io.redo_failed_syncs(tmp_path)
+    assert (tmp_path / "data.redo").exists()
+    assert PowerLossIO().redo_failed_syncs(tmp_path) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+
+
+def test_a_failed_sync_names_the_file_as_renamed_and_is_raised_if_no_marker_can_be_written(
+        tmp_path: Path) -> None:
+    """A file renamed while open (flashlog's new WAL) is named by its new name. If the
+    marker cannot be written (the failing device), the sync's own error is raised all the
+    same: a SyncFailedError, which stops the writer's writes (``write_stop``)."""
+
+    class FailingSyncs(FileIO):
+        full_disk = False
+
+        def _sync(self, f: sio.File, data_only: bool) -> None:
+            raise SyncFailedError(errno.EIO, f"failed sync of {f.path.name}")
+
+        def open(self, path: str | Path, direct: bool, create: bool = True, *,
+                 read_only: bool = False) -> sio.File:
+            if self.full_disk and Path(path).name == sio.SYNC_FAILED_FILE:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return super().open(path, direct, create, read_only=read_only)
+
+    io = FailingSyncs()
+    f = io.open(tmp_path / "wal.tmp", direct=False)
+    io.rename(tmp_path / "wal.tmp", tmp_path / "wal")
+    with pytest.raises(SyncFailedError):
+        f.fdatasync()
+    assert (tmp_path / sio.SYNC_FAILED_FILE).read_bytes() == b"wal\n"
+    (tmp_path / sio.SYNC_FAILED_FILE).unlink()
+    io.full_disk = True
+    with pytest.raises(SyncFailedError, match="failed sync of wal"):
+        f.fsync()
+    assert not (tmp_path / sio.SYNC_FAILED_FILE).exists()
+    f.close()
+
+
 def test_a_failed_publish_names_no_file_and_the_redo_ignores_foreign_names(
         tmp_path: Path) -> None:
     """``publish`` leaves the old file in place when its sync fails, so there is nothing to

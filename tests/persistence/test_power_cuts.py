@@ -3,9 +3,10 @@
 Each seed runs an index on odirect or flashlog through ``PowerLossIO``: batches of inserts
 (sequences that share prefixes, and one-block sequences of their own), flushes, snapshots,
 failed syncs, and kills (the process's lock released, its memory gone) followed by reopens
-without a restart, also after a failed sync (``FileIO.redo_failed_syncs``), in one durability mode or, in the mixed runs, a mode picked again at each reopen. A power
-cut (drop, tear or reorder) ends it. The index must then open, and every insert that its
-mode acknowledged must match whole: under ``sync`` on return, under ``group`` and ``none``
+without a restart, also after a failed sync (``FileIO.redo_failed_syncs``), in one
+durability mode or, in the mixed runs, a mode picked again at each reopen. A power cut (drop,
+tear or reorder) ends it. The index must then open, and every insert that its mode
+acknowledged must match whole: under ``sync`` on return, under ``group`` and ``none``
 once a later ``flush()`` or ``snapshot()`` returned.
 """
 
