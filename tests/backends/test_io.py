@@ -239,16 +239,22 @@ def test_a_failed_sync_is_redone_by_the_next_open_and_then_survives_a_power_cut(
     assert (tmp_path / "data").read_bytes() == want
 
 
+def _lost_write(tmp_path: Path, data: bytes) -> tuple[PowerLossIO, sio.File]:
+    """A PowerLossIO and its open file ``data`` holding ``data``, whose sync failed."""
+    io = PowerLossIO()
+    f = io.open(tmp_path / "data", direct=False)
+    f.pwrite(data, 0)
+    io.fail_syncs(1)
+    with pytest.raises(SyncFailedError):
+        f.fsync()
+    return io, f
+
+
 def test_without_the_redo_a_failed_sync_loses_its_writes_at_a_power_cut(
         tmp_path: Path) -> None:
     """What the redo prevents: a later sync that succeeds does not make the lost writes
     durable (the model of Linux that the test above relies on)."""
-    io = PowerLossIO()
-    f = io.open(tmp_path / "data", direct=False)
-    f.pwrite(b"a" * 4096, 0)
-    io.fail_syncs(1)
-    with pytest.raises(SyncFailedError):
-        f.fsync()
+    io, f = _lost_write(tmp_path, b"a" * 4096)
     f.fsync()
     io.crash("drop")
     assert (tmp_path / "data").read_bytes() == bytes(4096)
@@ -257,12 +263,7 @@ def test_without_the_redo_a_failed_sync_loses_its_writes_at_a_power_cut(
 def test_a_power_cut_during_the_redo_leaves_it_to_the_next_open(tmp_path: Path) -> None:
     """The redo makes SYNC_FAILED durable before it copies: a power cut before its rename
     leaves the marker, and the next open's redo replaces the half-made copy."""
-    io = PowerLossIO()
-    f = io.open(tmp_path / "data", direct=False)
-    f.pwrite(b"b" * 4096, 0)
-    io.fail_syncs(1)
-    with pytest.raises(SyncFailedError):
-        f.fsync()
+    io, f = _lost_write(tmp_path, b"b" * 4096)
     f.close()
 
     def cut(src: object, dst: object) -> None:
