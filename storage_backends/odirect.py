@@ -81,12 +81,12 @@ class ODirectStore(RecordStore):
         self._io = check_io(io)
         with self._claim(self._io):
             self._lock = threading.RLock()
-            clean = self._open_header(key_mode, max_value_size)
+            existed, clean = self._open_header(key_mode, max_value_size)
             self._slot_bytes = 2 * self._vbytes
             self._extent_bytes = self._extent * self._slot_bytes
             self._dense_limit = MAX_FILE_BYTES // self._extent_bytes * self._extent
             data = self.path / "slots.dat"
-            if self._existed and not data.exists():  # created before HEADER is first written
+            if existed and not data.exists():  # created before HEADER is first written
                 raise CorruptionError(f"{str(self.path)!r}: slots.dat is missing")
             self._data = self._io.open(data, direct=self.direct_io)
             try:
@@ -115,19 +115,20 @@ class ODirectStore(RecordStore):
         self._write_header(clean=False)
 
     # -- header and the saved newest-copy bits -------------------------------------------------
-    def _open_header(self, key_mode: str | None, max_value_size: int | None) -> bool:
-        """Read or create HEADER; returns whether the store was closed cleanly."""
+    def _open_header(self, key_mode: str | None,
+                     max_value_size: int | None) -> tuple[bool, bool]:
+        """Read HEADER, or set up a new store's layout; returns whether HEADER existed and
+        whether the store was closed cleanly (a new store counts as clean)."""
         hpath = self.path / "HEADER"
         self._next_seq = 1
-        self._existed = hpath.exists()
-        if not self._existed:
+        if not hpath.exists():
             self._sparse = (key_mode or "sparse") == "sparse"
             self._block = block_size(self.path)
             mvs = self._block - VERSION_OVERHEAD if max_value_size is None else max_value_size
             self._max_value = mvs
             self._vbytes = round_up(mvs + VERSION_OVERHEAD, self._block)
             self._extent = EXTENT_SLOTS
-            return True
+            return False, True
         try:
             payload = read_superblock(self._io, hpath, HEADER_MAGIC)
         except BadMagicError:
@@ -151,7 +152,7 @@ class ODirectStore(RecordStore):
                                       f"created with {mvs}")
         self._sparse, self._block, self._max_value, self._vbytes = mode == 1, blk, mvs, vbytes
         self._extent = extent
-        return bool(clean)
+        return True, bool(clean)
 
     def _write_header(self, clean: bool) -> None:
         payload = _HEADER.pack(int(self._sparse), self._block, self._max_value, self._vbytes,
