@@ -19,14 +19,9 @@ from storage_backends import open_store
 from storage_backends.io import FileIO
 
 from .old_formats import ID_BYTES, downgrade, set_journal_version
-from .workload import CONFIG, check_match, metadata, sequence
+from .workload import CONFIG, check_match, insert, sequence
 
 B = CONFIG["block_size"]
-
-
-def insert(index, i: int) -> None:
-    tokens = sequence(i)
-    index.insert(tokens=tokens, metadata=metadata(sarp.block_ids(tokens, B)))
 
 
 def build(path, first: int, last: int, snapshots_at=(), backend: str = "wiredtiger") -> None:

@@ -28,9 +28,7 @@ from storage_backends.io import FileIO, PowerLossIO
 from storage_backends.write_stop import WriteStop
 
 from .power import killed, snapshot_cut_by_power
-from .workload import CONFIG, check_match, metadata, sequence
-
-B = CONFIG["block_size"]
+from .workload import CONFIG, check_match, full_blocks, insert, metadata
 
 
 def _value(key: int, version: int) -> bytes:
@@ -91,15 +89,6 @@ def test_without_the_stop_a_write_after_a_failed_sync_would_be_lost(
         assert all(again.get(k) is None for k in range(60, 70))
 
 
-def _insert(index: sarp.Index, i: int) -> None:
-    tokens = sequence(i)
-    index.insert(tokens=tokens, metadata=metadata(sarp.block_ids(tokens, B)))
-
-
-def _full(i: int) -> int:
-    return len(sequence(i)) // B
-
-
 def _index_with_inserts(tmp_path: Path, n: int) -> tuple[PowerLossIO, Path, sarp.Index]:
     """An index on odirect through a PowerLossIO, holding sequences 0 .. n-1."""
     io = PowerLossIO(0)
@@ -107,7 +96,7 @@ def _index_with_inserts(tmp_path: Path, n: int) -> tuple[PowerLossIO, Path, sarp
     index = sarp.open(path, backend="odirect", direct_io=False, store_options={"io": io},
                       _io=io, **CONFIG)
     for i in range(n):
-        _insert(index, i)
+        insert(index, i)
     return io, path, index
 
 
@@ -144,23 +133,23 @@ def test_an_index_whose_journal_sync_failed_takes_no_insert_and_survives_a_power
                       snapshot_on_close=snapshot_on_close, store_options={"io": io}, _io=io,
                       **CONFIG)
     for i in range(20):
-        _insert(index, i)
+        insert(index, i)
     journal_file = index._journal.path
     synced_size = journal_file.stat().st_size
     with _journal_sync_fails(io, index), pytest.raises(
             OSError, match="simulated failed sync of journal-0+.log"):
-        _insert(index, 20)
+        insert(index, 20)
     with pytest.raises(WritesStoppedError, match="journal-0+.log .* simulated failed sync"):
-        _insert(index, 21)
+        insert(index, 21)
     with pytest.raises(WritesStoppedError):
         index.flush()
     assert index.stats()["writes_stopped"] and not index.stats()["store"]["writes_stopped"]
     for i in range(20):
-        assert check_match(index, i) == _full(i)
+        assert check_match(index, i) == full_blocks(i)
     if snapshot_on_close:
         index.snapshot()
         with pytest.raises(WritesStoppedError):  # stopped until reopened
-            _insert(index, 21)
+            insert(index, 21)
         index.close()
     else:
         with pytest.raises(WritesStoppedError):  # the failed insert's record is cut
@@ -172,10 +161,10 @@ def test_an_index_whose_journal_sync_failed_takes_no_insert_and_survives_a_power
         assert not again.stats()["writes_stopped"]
         assert again.recovery["torn_tail_bytes"] == 0
         for i in range(21):
-            assert check_match(again, i) == _full(i), i
-        assert check_match(again, 21) < _full(21)
-        _insert(again, 21)
-        assert check_match(again, 21) == _full(21)
+            assert check_match(again, i) == full_blocks(i), i
+        assert check_match(again, 21) < full_blocks(21)
+        insert(again, 21)
+        assert check_match(again, 21) == full_blocks(21)
 
 
 def test_a_failed_journal_write_stops_nothing_and_is_written_again(tmp_path: Path) -> None:
@@ -199,15 +188,15 @@ def test_a_failed_journal_write_stops_nothing_and_is_written_again(tmp_path: Pat
     inserted = 0
     with pytest.raises(OSError, match="No space left"):
         for i in range(2000):  # until 64 KiB of records wait
-            _insert(index, i)
+            insert(index, i)
             inserted += 1
     io._pwrite = real  # type: ignore[method-assign]
-    _insert(index, inserted + 1)
+    insert(index, inserted + 1)
     index.flush()
     io.crash("drop")
     with sarp.open(path) as again:
         for i in range(inserted + 2):
-            assert check_match(again, i) == _full(i), i
+            assert check_match(again, i) == full_blocks(i), i
 
 
 def test_a_journal_write_that_fails_at_close_keeps_the_file_and_a_later_close_writes_it(
@@ -278,17 +267,17 @@ def test_a_journal_switch_that_fails_keeps_the_index_going(fail_at: str,
     assert [seq for seq, _ in journal.files(path)] == [0]
     if fail_at.endswith("twice"):
         with pytest.raises(WritesStoppedError):
-            _insert(index, 4)
+            insert(index, 4)
         assert index.stats()["writes_stopped"]
         index.close()
         with sarp.open(path) as again:
             for i in range(4):
-                assert check_match(again, i) == _full(i), i
+                assert check_match(again, i) == full_blocks(i), i
         return
     for i in range(4, 8):
-        _insert(index, i)
+        insert(index, i)
     index.snapshot()
-    _insert(index, 8)
+    insert(index, 8)
     io.crash("drop")
     for damage_newest in (False, True):
         if damage_newest:
@@ -297,7 +286,7 @@ def test_a_journal_switch_that_fails_keeps_the_index_going(fail_at: str,
         with sarp.open(path) as again:
             assert bool(again.recovery["faults"]) == damage_newest
             for i in range(9):
-                assert check_match(again, i) == _full(i), i
+                assert check_match(again, i) == full_blocks(i), i
 
 
 @pytest.mark.parametrize("then", ["power cut before the snapshot", "newest snapshot damaged"])
@@ -308,7 +297,7 @@ def test_a_journal_cut_after_a_failed_sync_is_followed_without_a_gap(then: str,
     published, or found damaged) finds no gap, and every acknowledged insert is there."""
     io, path, index = _index_with_inserts(tmp_path, 5)
     with _journal_sync_fails(io, index), pytest.raises(SyncFailedError):
-        _insert(index, 5)
+        insert(index, 5)
     if then.startswith("power cut"):
         snapshot_cut_by_power(index, io)
     else:
@@ -319,7 +308,7 @@ def test_a_journal_cut_after_a_failed_sync_is_followed_without_a_gap(then: str,
     assert [seq for seq, _ in journal.files(path)] == [0, 1]
     with sarp.open(path) as again:
         for i in range(5):
-            assert check_match(again, i) == _full(i), i
+            assert check_match(again, i) == full_blocks(i), i
 
 
 class _CutAtJournalSync(PowerLossIO):
@@ -399,14 +388,14 @@ def test_a_durable_point_survives_a_power_cut(tmp_path, durability, point):
     index = sarp.open(path, backend="odirect", durability=durability, direct_io=False,
                       store_options={"io": io}, _io=io, snapshot_on_close=False, **CONFIG)
     for i in range(5):
-        index.insert(tokens=sequence(i), metadata=metadata(sarp.block_ids(sequence(i), B)))
+        insert(index, i)
     index.flush() if point == "flush" else index.snapshot()
-    index.insert(tokens=sequence(5), metadata=metadata(sarp.block_ids(sequence(5), B)))
+    insert(index, 5)
     io.crash("drop")
     with sarp.open(path, backend="odirect", direct_io=False) as again:
         assert again.recovery["missing_segments"] == 0
         for i in range(5):
-            assert check_match(again, i) == len(sequence(i)) // B
+            assert check_match(again, i) == full_blocks(i)
 
 
 @pytest.mark.parametrize("backend", ["odirect", "flashlog"])
@@ -423,7 +412,7 @@ def test_a_reopen_after_a_failed_store_sync_makes_what_it_reads_durable(
                    store_options={"io": io}, _io=io)
     index = sarp.open(path, **options, **CONFIG)
     for i in range(20):
-        _insert(index, i)
+        insert(index, i)
         if i == 9:
             index.flush()
     io.fail_syncs(1)
@@ -434,13 +423,13 @@ def test_a_reopen_after_a_failed_store_sync_makes_what_it_reads_durable(
     with sarp.open(path, **options) as again:
         assert again.recovery["redone_files"] >= 1
         for i in range(10, 20):
-            _insert(again, i)
+            insert(again, i)
         again.flush()
     io.crash("drop")
     with sarp.open(path) as again:
         assert again.recovery["redone_files"] == 0
         for i in range(20):
-            assert check_match(again, i) == _full(i), i
+            assert check_match(again, i) == full_blocks(i), i
 
 
 def test_a_reopen_after_a_failed_journal_sync_makes_the_journal_durable(
@@ -457,16 +446,16 @@ def test_a_reopen_after_a_failed_journal_sync_makes_the_journal_durable(
                    snapshot_on_close=False, store_options={"io": io}, _io=io)
     index = sarp.open(path, **options, **CONFIG)
     for i in range(10):
-        _insert(index, i)
+        insert(index, i)
     with _journal_sync_fails(io, index), pytest.raises(SyncFailedError):
-        _insert(index, 10)
+        insert(index, 10)
     killed(index)
     with sarp.open(path, **options) as again:
         assert again.recovery["redone_files"] == 1
         for i in range(11, 20):
-            _insert(again, i)
+            insert(again, i)
     io.crash("drop")
     with sarp.open(path) as again:
         assert again.recovery["torn_tail_bytes"] == 0
         for i in range(20):
-            assert check_match(again, i) == _full(i), i
+            assert check_match(again, i) == full_blocks(i), i

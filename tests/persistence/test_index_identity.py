@@ -24,8 +24,8 @@ from sarp.errors import (
 from storage_backends.io import FileIO
 
 from .old_formats import downgrade
-from .test_damage import assert_all_match, build, insert
-from .workload import CONFIG, check_match, sequence
+from .test_damage import assert_all_match, build
+from .workload import CONFIG, check_match, insert, sequence
 
 B = CONFIG["block_size"]
 

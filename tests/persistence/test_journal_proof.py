@@ -17,15 +17,9 @@ from storage_backends import open_store
 from storage_backends.io import FileIO, PowerLossIO
 
 from .power import killed, snapshot_cut_by_power
-from .workload import CONFIG, check_match, metadata, sequence
+from .workload import CONFIG, check_match, full_blocks, insert
 
-B = CONFIG["block_size"]
 ODIRECT = dict(backend="odirect", direct_io=False)
-
-
-def _insert(index: sarp.Index, i: int) -> None:
-    tokens = sequence(i)
-    index.insert(tokens=tokens, metadata=metadata(sarp.block_ids(tokens, B)))
 
 
 def test_a_rebuild_stopped_before_its_snapshot_leaves_an_index_that_opens(
@@ -38,7 +32,7 @@ def test_a_rebuild_stopped_before_its_snapshot_leaves_an_index_that_opens(
     path = tmp_path / "i"
     with sarp.open(path, snapshot_on_close=False, **ODIRECT, **CONFIG) as index:
         for i in range(6):
-            _insert(index, i)
+            insert(index, i)
     seq, jpath = journal.files(path)[-1]
     last = journal.read(FileIO(), jpath, last=True).records[-1]
     writer = journal.JournalWriter(FileIO(), jpath, seq, last.record_seq, index_id=0)
@@ -56,7 +50,7 @@ def test_a_rebuild_stopped_before_its_snapshot_leaves_an_index_that_opens(
     with sarp.open(path, snapshot_on_close=False, **ODIRECT) as index:
         assert index.recovery["missing_segments"] == 1
         for i in range(6):
-            assert check_match(index, i) == len(sequence(i)) // B
+            assert check_match(index, i) == full_blocks(i)
 
 
 @pytest.mark.parametrize("then", ["insert", "snapshot"])
@@ -74,24 +68,24 @@ def test_a_reopen_under_sync_makes_the_segments_of_a_killed_session_durable(
     index = sarp.open(path, durability="group", store_options={"io": io}, _io=io,
                       snapshot_on_close=False, **ODIRECT, **CONFIG)
     for i in range(5):
-        _insert(index, i)
+        insert(index, i)
     index.flush()
     for i in range(5, 8):
-        _insert(index, i)  # not flushed: not acknowledged
+        insert(index, i)  # not flushed: not acknowledged
     killed(index)
     again = sarp.open(path, durability="sync", store_options={"io": io}, _io=io,
                       snapshot_on_close=False, **ODIRECT)
     assert again.recovery["rolled_forward"] > 0
     if then == "insert":
-        _insert(again, 6)  # acknowledged: durable under sync
+        insert(again, 6)  # acknowledged: durable under sync
         io.crash("drop")
     else:
         snapshot_cut_by_power(again, io)
     with sarp.open(path, **ODIRECT) as index:
         for i in range(5):
-            assert check_match(index, i) == len(sequence(i)) // B, i
+            assert check_match(index, i) == full_blocks(i), i
         if then == "insert":
-            assert check_match(index, 6) == len(sequence(6)) // B
+            assert check_match(index, 6) == full_blocks(6)
 
 
 def test_a_crash_before_the_relog_is_written_leaves_no_stored_id_to_allocate_again(
@@ -104,11 +98,11 @@ def test_a_crash_before_the_relog_is_written_leaves_no_stored_id_to_allocate_aga
     path = tmp_path / "i"
     index = sarp.open(path, durability="group", snapshot_on_close=False, **ODIRECT, **CONFIG)
     for i in range(3):
-        _insert(index, i)
+        insert(index, i)
     index.flush()
     lost = index.segments.next_id
     for i in range(3, 6):
-        _insert(index, i)  # not flushed; their records written behind
+        insert(index, i)  # not flushed; their records written behind
     index._journal._write_pending()
     killed(index)
     with open_store("odirect", path / "store", direct_io=False, dense_keys=True) as store:

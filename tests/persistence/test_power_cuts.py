@@ -23,9 +23,8 @@ from sarp.errors import SyncFailedError, WritesStoppedError
 from storage_backends.io import PowerLossIO
 
 from .power import killed
-from .workload import CONFIG, check_match, metadata, sequence
+from .workload import CONFIG, check_match, full_blocks, insert, metadata
 
-B = CONFIG["block_size"]
 MODES = ("sync", "group", "none")
 
 
@@ -57,8 +56,7 @@ def _session(path: Path, seed: int, mixed: bool) -> tuple[str, set[tuple[str, in
                 for _ in range(rng.choice([1, 5, 50, 400])):
                     if rng.random() < 0.5:
                         i = rng.randrange(30)
-                        tokens = sequence(i)
-                        index.insert(tokens=tokens, metadata=metadata(sarp.block_ids(tokens, B)))
+                        insert(index, i)
                         key = ("s", i)
                     else:
                         index.insert(block_ids=_own_block(own), metadata=metadata(_own_block(own)))
@@ -89,7 +87,7 @@ def _check(tmp_path: Path, seed: int, mixed: bool) -> None:
     kind, acked = _session(path, seed, mixed)
     with sarp.open(path, backend=kind, direct_io=False, snapshot_on_close=False) as index:
         lost = [key for key in sorted(acked)
-                if (check_match(index, key[1]) != len(sequence(key[1])) // B if key[0] == "s"
+                if (check_match(index, key[1]) != full_blocks(key[1]) if key[0] == "s"
                     else index.match(block_ids=_own_block(key[1])).num_blocks != 1)]
     assert not lost, f"seed {seed} ({kind}): acknowledged inserts lost: {lost[:10]}"
 

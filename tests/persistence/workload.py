@@ -38,3 +38,14 @@ def check_match(index, i: int) -> int:
     assert np.array_equal(m.block_ids, ids[: m.num_blocks])
     assert np.array_equal(m.metadata, metadata(m.block_ids))
     return m.num_blocks
+
+
+def insert(index, i: int) -> None:
+    """Insert sequence i with its metadata."""
+    tokens = sequence(i)
+    index.insert(tokens=tokens, metadata=metadata(sarp.block_ids(tokens, CONFIG["block_size"])))
+
+
+def full_blocks(i: int) -> int:
+    """The blocks of sequence i: what a match of it returns once it is stored whole."""
+    return len(sequence(i)) // CONFIG["block_size"]
