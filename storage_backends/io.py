@@ -256,8 +256,7 @@ class FileIO:
         self.fsync_dir(d)
         names = set(bytes(self.read_whole(marker)).decode("utf-8", "replace").split("\n"))
         files = [d / n for n in sorted(names) if n and n == Path(n).name
-                 and n not in (LOCK_FILE, SYNC_FAILED_FILE, ".", "..")]
-        files = [p for p in files if p.is_file()]
+                 and n not in (LOCK_FILE, SYNC_FAILED_FILE, ".", "..") and (d / n).is_file()]
         for p in files:
             self._copy_in_place(p)
         self.fsync_dir(d)
@@ -401,6 +400,8 @@ class PowerLossIO(FileIO):
     def __init__(self, seed: int = 0) -> None:
         super().__init__()
         self._rng = random.Random(seed)
+        # every file opened, held (unlike FileIO's weak set): the crash closes them all,
+        # also those their owner dropped without closing, so no lock outlives it
         self._files: list[File] = []
         # unsynced writes, oldest first: (path, offset, new bytes, old bytes, old size, lost);
         # lost: a sync of it failed, so no later sync makes it durable
