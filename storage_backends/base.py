@@ -115,8 +115,7 @@ def claim_directory(path: str | Path, kind: str, io: FileIO | None = None) -> Pa
     if p.exists() and {c.name for c in p.iterdir()} - {KIND_FILE + ".tmp"}:
         raise StoreKindError(f"path {str(p)!r} is not empty and holds no store")
     io = io or FileIO()
-    missing = [d for d in (p, *p.parents) if not d.exists()]
-    p.mkdir(parents=True, exist_ok=True)
+    missing = io.make_dirs(p)
     io.publish(p / KIND_FILE, (kind + "\n").encode())
     for d in reversed(missing):  # each new directory's entry, from the outermost
         io.fsync_dir(d.parent)

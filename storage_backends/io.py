@@ -14,6 +14,7 @@ import fcntl
 import mmap
 import os
 import random
+import shutil
 import threading
 import warnings
 import weakref
@@ -336,6 +337,14 @@ class FileIO:
                                            f"{e.strerror}") from e
         self._add(dir_fsyncs=1)
 
+    def make_dirs(self, path: str | Path) -> list[Path]:
+        """Create directory ``path`` and its missing parents; returns those it created, the
+        innermost first (durable once each one's parent is synced)."""
+        p = Path(path)
+        missing = [d for d in (p, *p.parents) if not d.exists()]
+        p.mkdir(parents=True, exist_ok=True)
+        return missing
+
     def publish(self, path: str | Path, data: bytes) -> None:
         """Write ``path`` whole or not at all: temporary file, fsync, rename, fsync of the dir."""
         p = Path(path)
@@ -377,24 +386,29 @@ class FileIO:
 
 
 class PowerLossIO(FileIO):
-    """A ``FileIO`` that can simulate a power cut: ``crash()`` undoes unsynced writes.
+    """A ``FileIO`` that can simulate a power cut: ``crash()`` undoes what no sync made durable.
 
     Writes reach the real file at once (so reads see them) and are remembered, with the bytes
-    they replaced, until the file is synced. ``crash("drop")`` undoes every unsynced write;
-    ``crash("tear")`` keeps all but the newest unsynced write and keeps only a prefix of that
-    one, cut at a random 512-byte boundary short of its end; ``crash("reorder")`` undoes
-    every unsynced write but a prefix of the newest, cut at a random 512-byte boundary or
-    whole (a device may write unsynced data in any order). Every file is then closed and
-    further I/O raises ``OSError``.
-    Renames and directory entries are taken as durable (they are made so by ``fsync_dir``).
-    ``fail_syncs(n)`` makes the next ``n`` syncs fail as Linux fails them: EIO (raised as
+    they replaced, until the file is synced. So are directory entries: a file or directory
+    created (``make_dirs``), a rename (within one directory) and an unlink are remembered,
+    with the durable bytes of a file they replaced or removed, until ``fsync_dir`` of their
+    directory (a directory undone goes with all it holds).
+    ``crash("drop")`` undoes every unsynced write and entry; ``crash("tear")`` keeps all but
+    the newest unsynced write and keeps only a prefix of that one, cut at a random 512-byte
+    boundary short of its end; ``crash("reorder")`` undoes every unsynced write but a prefix
+    of the newest, cut at a random 512-byte boundary or whole (a device may write unsynced
+    data in any order). ``tear`` and ``reorder`` keep a random prefix of the unsynced entries
+    (a file system commits its metadata in order). Every file is then closed and further I/O
+    raises ``OSError``.
+    ``fail_syncs(n)`` makes the next ``n`` file syncs fail as Linux fails them: EIO (raised as
     ``SyncFailedError``), and the file's unsynced writes stay readable but are lost at the
     crash (the bytes they replaced, or zeros past the old end of the file), whatever later
     syncs do, unless a later truncation took off their whole range and a sync then made the
     file durable (a file published again in place of one whose sync failed), or a rename
     replaced the file (``FileIO.redo_failed_syncs``); ``tear`` and
     ``reorder`` may still put back a prefix of the newest write, lost or not (harsher than
-    Linux, never kinder).
+    Linux, never kinder). ``fail_dir_syncs(n)`` makes the next ``n`` directory syncs fail:
+    their entries stay unsynced until a later directory sync succeeds.
     """
 
     def __init__(self, seed: int = 0) -> None:
@@ -406,14 +420,23 @@ class PowerLossIO(FileIO):
         # unsynced writes, oldest first: (path, offset, new bytes, old bytes, old size, lost);
         # lost: a sync of it failed, so no later sync makes it durable
         self._pending: list[tuple[Path, int, bytes, bytes, int, bool]] = []
+        # unsynced directory entries, oldest first: (what, path, source, durable bytes):
+        # ("create", path, None, None); ("mkdir", path, None, None); ("rename", dst, src,
+        # bytes dst held or None); ("unlink", path, None, bytes it held)
+        self._entries: list[tuple[str, Path, Path | None, bytes | None]] = []
         self._failing_syncs = 0
+        self._failing_dir_syncs = 0
         self.dead = False
 
     def open(self, path: str | Path, direct: bool, create: bool = True, *,
              read_only: bool = False) -> File:
         self._check()
+        p = _absolute(path)
+        created = create and not read_only and not p.exists()
         f = super().open(path, direct, create, read_only=read_only)
         self._files.append(f)
+        if created:
+            self._entries.append(("create", p, None, None))
         return f
 
     def _check(self) -> None:
@@ -430,7 +453,7 @@ class PowerLossIO(FileIO):
         with open(f.path, "rb") as raw:
             raw.seek(offset)
             old = raw.read(len(new))
-        self._pending.append((f.path, offset, new, old, f.size(), False))
+        self._pending.append((_absolute(f.path), offset, new, old, f.size(), False))
         super()._pwrite(f, buf, offset)
 
     def _truncate(self, f: File, size: int) -> None:
@@ -439,26 +462,65 @@ class PowerLossIO(FileIO):
         with open(f.path, "rb") as raw:
             raw.seek(size)
             old = raw.read()
-        self._pending.append((f.path, size, b"", old, old_size, False))
+        self._pending.append((_absolute(f.path), size, b"", old, old_size, False))
         super()._truncate(f, size)
+
+    def make_dirs(self, path: str | Path) -> list[Path]:
+        self._check()
+        made = super().make_dirs(_absolute(path))
+        self._entries += [("mkdir", d, None, None) for d in reversed(made)]
+        return made
 
     def rename(self, src: str | Path, dst: str | Path) -> None:
         self._check()
+        src, dst = _absolute(src), _absolute(dst)
+        if src.parent != dst.parent:
+            raise ValueError(f"PowerLossIO renames within one directory, got {src} -> {dst}")
+        replaced = self._forget(dst)
         super().rename(src, dst)
-        src, dst = Path(src), Path(dst)
-        # the file replaced at dst is gone, with its unsynced writes (lost ones too)
-        self._pending = [(dst if w[0] == src else w[0], *w[1:]) for w in self._pending
-                         if w[0] != dst]
+        self._pending = [(dst if w[0] == src else w[0], *w[1:]) for w in self._pending]
+        self._entries.append(("rename", dst, src, replaced))
+
+    def unlink(self, path: str | Path) -> None:
+        self._check()
+        p = _absolute(path)
+        removed = self._forget(p)
+        super().unlink(p)
+        if removed is not None:
+            self._entries.append(("unlink", p, None, removed))
+
+    def _forget(self, path: Path) -> bytes | None:
+        """The durable bytes of ``path`` (None if it does not exist), whose unsynced writes
+        are then dropped: a rename over it or its unlink is about to remove it."""
+        if not path.is_file():
+            return None
+        data = bytearray(path.read_bytes())
+        for w in reversed(self._pending):
+            if w[0] == path:
+                _undo_write(data, *w[1:])
+        self._pending = [w for w in self._pending if w[0] != path]
+        return bytes(data)
 
     def _sync(self, f: File, data_only: bool) -> None:
         self._check()
+        path = _absolute(f.path)
         if self._failing_syncs:
             self._failing_syncs -= 1
-            self._pending = [(*w[:5], w[5] or w[0] == f.path) for w in self._pending]
+            self._pending = [(*w[:5], w[5] or w[0] == path) for w in self._pending]
             raise SyncFailedError(errno.EIO, f"simulated failed sync of {f.path.name}")
         super()._sync(f, data_only)
         self._pending = [w for i, w in enumerate(self._pending)
-                         if w[0] != f.path or w[5] and not self._truncated_after(i)]
+                         if w[0] != path or w[5] and not self._truncated_after(i)]
+
+    def fsync_dir(self, path: str | Path) -> None:
+        self._check()
+        if self._failing_dir_syncs:
+            self._failing_dir_syncs -= 1
+            raise SyncFailedError(errno.EIO,
+                                  f"simulated failed sync of directory {Path(path).name}")
+        super().fsync_dir(path)
+        d = _absolute(path)
+        self._entries = [e for e in self._entries if e[1].parent != d]
 
     def _truncated_after(self, i: int) -> bool:
         """Whether a truncation of its file, made after the lost write ``i``, took off all of
@@ -467,35 +529,47 @@ class PowerLossIO(FileIO):
         return any(w[0] == path and not w[2] and w[1] <= offset for w in self._pending[i + 1:])
 
     def fail_syncs(self, n: int = 1) -> None:
-        """Make the next ``n`` syncs fail (see the class docstring)."""
+        """Make the next ``n`` file syncs fail (see the class docstring)."""
         self._failing_syncs = n
 
+    def fail_dir_syncs(self, n: int = 1) -> None:
+        """Make the next ``n`` directory syncs fail (see the class docstring)."""
+        self._failing_dir_syncs = n
+
     def crash(self, mode: str = "drop") -> None:
-        """Cut the power: ``drop`` loses every unsynced write; ``tear`` keeps them but tears
-        the newest one; ``reorder`` loses them all but a prefix of the newest, as a device
-        that wrote them out of order."""
+        """Cut the power: ``drop`` loses every unsynced write and directory entry; ``tear``
+        keeps the writes but tears the newest one; ``reorder`` loses them all but a prefix of
+        the newest, as a device that wrote them out of order. ``tear`` and ``reorder`` keep
+        a random prefix of the unsynced entries."""
         if mode not in ("drop", "tear", "reorder"):
             raise ValueError(f"mode must be 'drop', 'tear' or 'reorder', got {mode!r}")
         undo = self._pending[-1:] if mode == "tear" else self._pending
-        for path, offset, new, old, old_size, lost in reversed(undo):
-            if not path.exists():  # deleted since: nothing of it survives in any case
-                continue
-            with open(path, "r+b") as raw:
-                raw.seek(offset)
-                if lost:  # within the size a later sync may have made durable: old or zeros
-                    keep = max(0, min(len(new), os.fstat(raw.fileno()).st_size - offset))
-                    raw.write((old + bytes(len(new)))[:keep])
-                else:
-                    raw.write(old)
-                    raw.truncate(old_size)
+        images: dict[Path, bytearray] = {}
+        for w in reversed(undo):
+            if w[0].exists():  # else deleted since: nothing of it survives in any case
+                _undo_write(images.setdefault(w[0], bytearray(w[0].read_bytes())), *w[1:])
         if mode != "drop" and undo and undo[-1][2] and undo[-1][0].exists():
             path, offset, new = undo[-1][:3]
             whole = mode == "reorder"  # tear: short of the end; reorder: maybe all of it
             cut = self._rng.randrange(max(1, len(new) // SECTOR + whole)) * SECTOR
-            with open(path, "r+b") as raw:
-                raw.seek(offset)
-                raw.write(new[:cut])
-        self._pending = []
+            data = images.setdefault(path, bytearray(path.read_bytes()))
+            data.extend(bytes(max(0, offset - len(data))))
+            data[offset:offset + cut] = new[:cut]
+        for path, data in images.items():
+            path.write_bytes(data)
+        kept = 0 if mode == "drop" else self._rng.randrange(len(self._entries) + 1)
+        for what, path, src, saved in reversed(self._entries[kept:]):
+            if what == "create":
+                path.unlink(missing_ok=True)
+                continue
+            if what == "mkdir":
+                shutil.rmtree(path, ignore_errors=True)
+                continue
+            if what == "rename" and src is not None and path.exists():
+                os.replace(path, src)
+            if saved is not None:
+                path.write_bytes(saved)
+        self._pending, self._entries = [], []
         for f in self._files:
             f.close()
         self.dead = True
@@ -503,3 +577,27 @@ class PowerLossIO(FileIO):
     def unsynced_writes(self) -> int:
         """How many writes a crash would undo now."""
         return len(self._pending)
+
+
+def _absolute(path: str | Path) -> Path:
+    """``path`` made absolute (not resolved), the one form ``PowerLossIO`` remembers."""
+    return Path(os.path.abspath(path))
+
+
+def _undo_write(data: bytearray, offset: int, new: bytes, old: bytes, old_size: int,
+                lost: bool) -> None:
+    """Undo, in the bytes ``data`` of a file, a write of ``new`` (empty: a truncation) at
+    ``offset`` that replaced ``old`` in a file of ``old_size`` bytes. A lost write (its sync
+    failed) may lie within a size a later sync made durable: its range reads as the old
+    bytes or zeros, and the size stays."""
+    if lost:
+        keep = max(0, min(len(new), len(data) - offset))
+        data[offset:offset + keep] = (old + bytes(len(new)))[:keep]
+        return
+    if len(data) < offset:
+        data.extend(bytes(offset - len(data)))
+    data[offset:offset + len(old)] = old
+    if len(data) > old_size:
+        del data[old_size:]
+    else:
+        data.extend(bytes(old_size - len(data)))

@@ -113,6 +113,7 @@ def test_o_direct_refused_falls_back(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 def _write(io: FileIO, path: Path, chunks: list[tuple[int, bytes]], sync_after: int) -> None:
     f = io.open(path, direct=False)
+    io.fsync_dir(path.parent)  # the file's entry is durable: only its writes are at stake
     for i, (off, data) in enumerate(chunks):
         f.pwrite(data, off)
         if i == sync_after:
@@ -155,6 +156,84 @@ def test_power_loss_reorder_keeps_only_a_prefix_of_the_newest_write(seed: int,
     assert data == b"d" * cut + b"a" * (4096 - cut)
 
 
+def test_power_loss_undoes_directory_entries_no_directory_sync_made_durable(
+        tmp_path: Path) -> None:
+    """A create, a rename over a file and an unlink are undone by the power cut until
+    ``fsync_dir`` of their directory: the replaced and removed files come back holding their
+    durable bytes, without the writes no sync made durable."""
+    io = PowerLossIO()
+    for name, data in (("new", b"n" * 100), ("old", b"o" * 600), ("gone", b"g" * 700)):
+        f = io.open(tmp_path / name, direct=False)
+        f.pwrite(data, 0)
+        f.fsync()
+    io.fsync_dir(tmp_path)
+    f = io.open(tmp_path / "gone", direct=False)
+    f.pwrite(b"unsynced", 0)  # lost with the file's removal, and at the cut anyway
+    io.unlink(tmp_path / "gone")
+    io.rename(tmp_path / "new", tmp_path / "old")
+    io.open(tmp_path / "more", direct=False)
+    io.open(tmp_path / "more.tmp", direct=False)
+    io.rename(tmp_path / "more.tmp", tmp_path / "renamed")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["more", "old", "renamed"]
+    io.crash("drop")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gone", "new", "old"]
+    assert (tmp_path / "gone").read_bytes() == b"g" * 700
+    assert (tmp_path / "old").read_bytes() == b"o" * 600
+    assert (tmp_path / "new").read_bytes() == b"n" * 100
+
+
+def test_power_loss_keeps_entries_once_their_directory_is_synced(tmp_path: Path) -> None:
+    """A failed directory sync leaves its entries to the cut; a later one that succeeds
+    makes them durable. A sync of another directory does not."""
+    io = PowerLossIO()
+    (tmp_path / "sub").mkdir()
+    io.open(tmp_path / "a", direct=False)
+    io.open(tmp_path / "sub" / "b", direct=False)
+    io.fail_dir_syncs(1)
+    with pytest.raises(SyncFailedError, match="directory"):
+        io.fsync_dir(tmp_path)
+    io.fsync_dir(tmp_path / "sub")
+    assert not (tmp_path / "b").exists()
+    io.fsync_dir(tmp_path)
+    io.open(tmp_path / "c", direct=False)
+    io.crash("drop")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "sub"]
+    assert [p.name for p in (tmp_path / "sub").iterdir()] == ["b"]
+
+
+def test_power_loss_undoes_directories_whose_parent_no_sync_covered(tmp_path: Path) -> None:
+    """``make_dirs`` returns the directories it created, innermost first; each is undone by
+    the cut, with all it holds, until its parent is synced."""
+    io = PowerLossIO()
+    lost, kept = tmp_path / "lost", tmp_path / "kept"
+    assert io.make_dirs(lost / "a" / "b") == [lost / "a" / "b", lost / "a", lost]
+    assert io.make_dirs(lost / "a" / "b") == []
+    f = io.open(lost / "a" / "b" / "f", direct=False)
+    f.pwrite(b"x", 0)
+    f.fsync()
+    io.fsync_dir(lost / "a" / "b")
+    io.fsync_dir(lost / "a")  # b's entry is durable, a's is not
+    io.make_dirs(kept / "c")
+    io.fsync_dir(kept)
+    io.fsync_dir(tmp_path)
+    io.crash("drop")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept", "lost"]
+    assert list(lost.iterdir()) == [] and [p.name for p in kept.iterdir()] == ["c"]
+
+
+@pytest.mark.parametrize("mode", ["tear", "reorder"])
+@pytest.mark.parametrize("seed", range(6))
+def test_power_loss_keeps_a_prefix_of_the_unsynced_entries(mode: str, seed: int,
+                                                           tmp_path: Path) -> None:
+    io = PowerLossIO(seed)
+    names = [f"f{i}" for i in range(6)]
+    for name in names:
+        io.open(tmp_path / name, direct=False)
+    io.crash(mode)
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == names[:len(left)]
+
+
 def test_read_whole_reads_on_after_a_short_read(tmp_path: Path) -> None:
     """One read returns at most about 2 GiB on Linux: ``read_whole`` reads until it has
     the whole file (here every read returns at most 1000 bytes)."""
@@ -183,6 +262,7 @@ def test_power_loss_keeps_renamed_files_tracked(tmp_path: Path) -> None:
     f = io.open(tmp_path / "x.tmp", direct=False)
     f.pwrite(b"new", 0)
     io.rename(tmp_path / "x.tmp", tmp_path / "x")
+    io.fsync_dir(tmp_path)
     f.pwrite(b"more", 3)
     io.crash("drop")
     assert (tmp_path / "x").read_bytes() == b""
@@ -202,6 +282,7 @@ def test_power_loss_a_file_published_again_after_a_failed_sync_is_durable(
     assert (tmp_path / "x").read_bytes() == b"second"
     io = PowerLossIO()
     f = io.open(tmp_path / "y", direct=False)
+    io.fsync_dir(tmp_path)
     f.pwrite(b"12345678", 0)
     io.fail_syncs(1)
     with pytest.raises(SyncFailedError):
@@ -243,6 +324,7 @@ def _lost_write(tmp_path: Path, data: bytes) -> tuple[PowerLossIO, sio.File]:
     """A PowerLossIO and its open file ``data`` holding ``data``, whose sync failed."""
     io = PowerLossIO()
     f = io.open(tmp_path / "data", direct=False)
+    io.fsync_dir(tmp_path)
     f.pwrite(data, 0)
     io.fail_syncs(1)
     with pytest.raises(SyncFailedError):
@@ -267,6 +349,7 @@ def test_a_power_cut_during_the_redo_leaves_it_to_the_next_open(tmp_path: Path) 
     f.close()
 
     def cut(src: object, dst: object) -> None:
+        io.fsync_dir(tmp_path)  # the copy's entry, committed by the file system meanwhile
         io.crash("drop")
         raise OSError(errno.EIO, "power cut")
 

@@ -2,12 +2,13 @@
 
 Each seed runs an index on odirect or flashlog through ``PowerLossIO``: batches of inserts
 (sequences that share prefixes, and one-block sequences of their own), flushes, snapshots,
-failed syncs, and kills (the process's lock released, its memory gone) followed by reopens
-without a restart, also after a failed sync (``FileIO.redo_failed_syncs``), in one
-durability mode or, in the mixed runs, a mode picked again at each reopen. A power cut (drop,
-tear or reorder) ends it. The index must then open, and every insert that its mode
-acknowledged must match whole: under ``sync`` on return, under ``group`` and ``none``
-once a later ``flush()`` or ``snapshot()`` returned.
+failed file and directory syncs, and kills (the process's lock released, its memory gone)
+followed by reopens without a restart, also after a failed sync
+(``FileIO.redo_failed_syncs``), in one durability mode or, in the mixed runs, a mode picked
+again at each reopen. A power cut (drop, tear or reorder) ends it: it undoes the writes and
+the directory entries no sync made durable. The index must then open, and every insert that
+its mode acknowledged must match whole: under ``sync`` on return, under ``group`` and
+``none`` once a later ``flush()`` or ``snapshot()`` returned.
 """
 
 from __future__ import annotations
@@ -68,10 +69,13 @@ def _session(path: Path, seed: int, mixed: bool) -> tuple[str, set[tuple[str, in
                 pending = set()
             elif op < 0.85:
                 io.fail_syncs(1)
+                if op < 0.825:  # decided by op: the seeds draw what they drew before
+                    io.fail_dir_syncs(1)
             elif op < 0.95:  # kill -9, then reopen (after a failed sync too: no restart)
                 killed(index)
                 pending = set()
                 io.fail_syncs(0)
+                io.fail_dir_syncs(0)
                 mode = rng.choice(MODES) if mixed else mode
                 index = open_index()
             else:
