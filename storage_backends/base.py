@@ -279,6 +279,16 @@ class RecordStore(ABC):
             self._lock_file.close()
             raise
 
+    def _engine_home(self, name: str) -> Path:
+        """The directory ``name`` in the store directory where an engine that does its own
+        I/O (WiredTiger, RocksDB) keeps its files; made here, with its entry made durable:
+        the engine syncs the files it makes in its home, not the home's own entry."""
+        home = self.path / name
+        io = FileIO()
+        if io.make_dirs(home):
+            io.fsync_dir(self.path)
+        return home
+
     def _get_counted(self, keys: list[int]) -> list[bytes | None]:
         """The engine's values for checked ``keys``, counted as logical reads."""
         with self._calls:

@@ -78,10 +78,11 @@ class RocksDBStore(RecordStore):
             self._write_opts = WriteOptions()
             self._write_opts.sync = durability == "sync"
             self._check_current()
+            home = self._engine_home("db")
             # Naming the default column family's options keeps them on reopen: without it
             # rocksdict takes them from the OPTIONS file, which cannot hold the block cache
             # (8 MiB default).
-            self._db = self._engine(lambda: Rdict(str(self.path / "db"), opts,
+            self._db = self._engine(lambda: Rdict(str(home), opts,
                                                   column_families={"default": opts}),
                                     opening=True)
 

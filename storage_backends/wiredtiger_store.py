@@ -137,8 +137,7 @@ class WiredTigerStore(RecordStore):
                              f"got {leaf_page_kb}")
         super().__init__(path, memory_budget, durability, direct_io)
         with self._claim():
-            home = self.path / "wt"
-            home.mkdir(exist_ok=True)
+            home = self._engine_home("wt")
             self._cache_size = max(MIN_CACHE, self.memory_budget)
             self._txn_bytes = max(16 << 10, self._cache_size // TXN_CACHE_FRACTION)
             config = (f"create,cache_size={self._cache_size},session_max={SESSION_MAX},"

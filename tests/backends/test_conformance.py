@@ -654,3 +654,30 @@ def test_claiming_a_new_directory_syncs_the_entry_of_each_directory_it_creates(
     synced.clear()
     claim_directory(store, "odirect", Recording())  # already there: nothing to make durable
     assert synced == []
+
+
+@pytest.mark.parametrize("kind, home", [("wiredtiger", "wt"), ("rocksdb", "db")])
+def test_an_engine_home_is_synced_into_the_store_directory(
+        kind: str, home: str, open_kind: Any, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """WiredTiger and RocksDB sync the files they make in their home directory, not the
+    home's own entry: the store makes the home and syncs that entry before the engine opens,
+    once, when it creates it."""
+    from storage_backends import io as sio
+
+    seen: list[tuple[Path, bool]] = []
+    real = sio.FileIO.fsync_dir
+
+    def recording(self: sio.FileIO, path: str | Path) -> None:
+        seen.append((Path(path), (Path(path) / home).is_dir()))
+        real(self, path)
+
+    monkeypatch.setattr(sio.FileIO, "fsync_dir", recording)
+    path = tmp_path / "s"
+    with open_kind(kind, path, durability="sync") as store:
+        store.put(1, b"x")
+    assert (path, True) in seen
+    seen.clear()
+    with open_kind(kind, path, durability="sync") as store:
+        assert store.get(1) == b"x"
+    assert [p for p, _ in seen if p == path] == []
