@@ -19,7 +19,7 @@ from storage_backends import open_store
 from storage_backends.io import FileIO
 
 from .old_formats import ID_BYTES, downgrade, set_journal_version
-from .workload import CONFIG, check_match, insert, sequence
+from .workload import CONFIG, assert_holds, check_match, full_blocks, insert, sequence
 
 B = CONFIG["block_size"]
 
@@ -34,8 +34,7 @@ def build(path, first: int, last: int, snapshots_at=(), backend: str = "wiredtig
 
 def assert_all_match(path, n: int) -> dict:
     with sarp.open(path, backend="wiredtiger") as index:
-        for i in range(n):
-            assert check_match(index, i) == len(sequence(i)) // B
+        assert_holds(index, n)
         return index.recovery
 
 
@@ -121,8 +120,7 @@ def test_torn_journal_tail_is_dropped_and_earlier_records_kept(tmp_path):
         assert index.recovery["torn_tail_bytes"] > 0
         # the cut record's segments are in the store: rolled forward, not lost
         assert index.recovery["rolled_forward"] > 0
-        for i in range(12):
-            assert check_match(index, i) == len(sequence(i)) // B
+        assert_holds(index, 12)
 
 
 def record_ends(jpath) -> list[int]:
@@ -148,14 +146,12 @@ def test_a_journal_cut_at_a_record_boundary_loses_no_stored_segment(tmp_path, ba
         assert report["torn_tail_bytes"] == 0 and report["faults"] == []
         assert report["journal_records"] == len(ends) // 2
         assert report["rolled_forward"] > 0
-        for i in range(12):
-            assert check_match(index, i) == len(sequence(i)) // B
+        assert_holds(index, 12)
         insert(index, 12)
-        assert check_match(index, 12) == len(sequence(12)) // B
+        assert check_match(index, 12) == full_blocks(12)
     with sarp.open(path, backend=backend) as index:
         assert index.recovery["rolled_forward"] == 0  # the close's snapshot holds them all
-        for i in range(13):
-            assert check_match(index, i) == len(sequence(i)) // B
+        assert_holds(index, 13)
 
 
 def test_rolled_forward_segments_survive_the_next_recovery(tmp_path):
@@ -245,10 +241,9 @@ def test_journal_record_naming_unstored_segments_is_skipped(tmp_path):
     with sarp.open(path, backend="wiredtiger") as index:
         assert index.recovery["missing_segments"] == 2
         assert index.recovery["journal_records"] == len(records) + 1
-        for i in range(12):
-            assert check_match(index, i) == len(sequence(i)) // B
+        assert_holds(index, 12)
         insert(index, 12)  # new segments get ids past the record's, never a reused one
-        assert check_match(index, 12) == len(sequence(12)) // B
+        assert check_match(index, 12) == full_blocks(12)
     assert_all_match(path, 13)
 
 
@@ -272,7 +267,7 @@ def test_a_segment_the_store_lost_under_a_proven_record_is_refused(tmp_path):
     sarp.rebuild(path, backend="wiredtiger")
     with sarp.open(path, backend="wiredtiger") as index:
         assert index.recovery["missing_segments"] == 0
-        assert check_match(index, 5) == len(sequence(5)) // B
+        assert check_match(index, 5) == full_blocks(5)
 
 
 def test_unproven_records_of_unstored_segments_are_written_again_without_them(tmp_path):
@@ -398,8 +393,7 @@ def test_snapshots_while_readers_and_writers_work(tmp_path):
         def reader():
             try:
                 while not stop.is_set():
-                    for i in range(10):
-                        assert check_match(index, i) == len(sequence(i)) // B
+                    assert_holds(index, 10)
             except BaseException as exc:
                 errors.append(exc)
 
@@ -462,14 +456,14 @@ def test_query_only_parameters_do_not_invalidate_snapshots(tmp_path):
     build(path, 0, 6, snapshots_at={5})
     with sarp.open(path, backend="wiredtiger", max_retrieval=0) as index:
         assert index.recovery["snapshot"] is not None and not index.recovery["faults"]
-        assert all(check_match(index, i) == len(sequence(i)) // B for i in range(6))
+        assert_holds(index, 6)
 
 
 def test_a_segment_lost_from_the_store_is_counted_never_served(tmp_path):
     path = tmp_path / "i"
     build(path, 0, 3)
     with sarp.open(path, backend="wiredtiger") as index:
-        assert all(check_match(index, i) == len(sequence(i)) // B for i in range(3))
+        assert_holds(index, 3)
         assert index.stats()["match_segments_missing"] == 0
         index.store.delete(0)  # the first segment of sequence 0
         m = index.match(tokens=sequence(0))
@@ -592,11 +586,11 @@ def salvage_then_check(path, n: int, damaged: int, segments: int, backend: str,
     assert '"salvage_s"' in capsys.readouterr().out
     with sarp.open(path) as index:
         assert 0 < sum(1 for _ in index.store.scan()) < segments  # the damaged ones are lost
-        matched = [check_match(index, i) == len(sequence(i)) // B for i in range(n)]
+        matched = [check_match(index, i) == full_blocks(i) for i in range(n)]
     assert not matched[damaged] and 0 < sum(matched) < n
     build(path, n, n + 2, backend=backend)  # and the index takes inserts again
     with sarp.open(path) as index:
-        assert all(check_match(index, i) == len(sequence(i)) // B for i in (n, n + 1))
+        assert all(check_match(index, i) == full_blocks(i) for i in (n, n + 1))
 
 
 def test_a_damaged_wiredtiger_store_is_corruption_then_salvaged_and_rebuilt(tmp_path, capsys):
@@ -651,7 +645,7 @@ def test_salvage_needs_a_store_with_a_repair_tool(tmp_path, capsys):
     with pytest.raises(StoreKindError, match="holds a 'flashlog' store, not 'rocksdb'"):
         sarp.rebuild(path, backend="rocksdb", salvage=True)
     with sarp.open(path) as index:  # refused before anything changed
-        assert check_match(index, 0) == len(sequence(0)) // B
+        assert check_match(index, 0) == full_blocks(0)
 
 
 def store_files(path) -> dict[str, bytes]:
@@ -793,7 +787,7 @@ def test_damage_that_no_sync_covered_is_a_torn_tail_from_format_3_on(tmp_path, v
         return
     with sarp.open(path, backend="wiredtiger") as index:
         assert index.recovery["torn_tail_bytes"] == len(raw) - synced
-        assert check_match(index, 0) == len(sequence(0)) // B
+        assert check_match(index, 0) == full_blocks(0)
 
 
 @pytest.mark.parametrize("field, value, says", [
@@ -849,5 +843,4 @@ def test_an_open_index_serves_after_its_snapshot_file_is_overwritten(tmp_path):
     with sarp.open(path, backend="wiredtiger", snapshot_on_close=False) as index:
         assert index.recovery["snapshot"] == newest_snapshot(path).name
         newest_snapshot(path).write_bytes(b"")
-        for i in range(12):
-            assert check_match(index, i) == len(sequence(i)) // B
+        assert_holds(index, 12)

@@ -28,7 +28,7 @@ from storage_backends.io import FileIO, PowerLossIO
 from storage_backends.write_stop import WriteStop
 
 from .power import killed, snapshot_cut_by_power
-from .workload import CONFIG, check_match, full_blocks, insert, metadata
+from .workload import CONFIG, assert_holds, check_match, full_blocks, insert, metadata
 
 
 def _value(key: int, version: int) -> bytes:
@@ -144,8 +144,7 @@ def test_an_index_whose_journal_sync_failed_takes_no_insert_and_survives_a_power
     with pytest.raises(WritesStoppedError):
         index.flush()
     assert index.stats()["writes_stopped"] and not index.stats()["store"]["writes_stopped"]
-    for i in range(20):
-        assert check_match(index, i) == full_blocks(i)
+    assert_holds(index, 20)
     if snapshot_on_close:
         index.snapshot()
         with pytest.raises(WritesStoppedError):  # stopped until reopened
@@ -160,8 +159,7 @@ def test_an_index_whose_journal_sync_failed_takes_no_insert_and_survives_a_power
     with sarp.open(path) as again:
         assert not again.stats()["writes_stopped"]
         assert again.recovery["torn_tail_bytes"] == 0
-        for i in range(21):
-            assert check_match(again, i) == full_blocks(i), i
+        assert_holds(again, 21)
         assert check_match(again, 21) < full_blocks(21)
         insert(again, 21)
         assert check_match(again, 21) == full_blocks(21)
@@ -195,8 +193,7 @@ def test_a_failed_journal_write_stops_nothing_and_is_written_again(tmp_path: Pat
     index.flush()
     io.crash("drop")
     with sarp.open(path) as again:
-        for i in range(inserted + 2):
-            assert check_match(again, i) == full_blocks(i), i
+        assert_holds(again, inserted + 2)
 
 
 def test_a_journal_write_that_fails_at_close_keeps_the_file_and_a_later_close_writes_it(
@@ -271,8 +268,7 @@ def test_a_journal_switch_that_fails_keeps_the_index_going(fail_at: str,
         assert index.stats()["writes_stopped"]
         index.close()
         with sarp.open(path) as again:
-            for i in range(4):
-                assert check_match(again, i) == full_blocks(i), i
+            assert_holds(again, 4)
         return
     for i in range(4, 8):
         insert(index, i)
@@ -285,8 +281,7 @@ def test_a_journal_switch_that_fails_keeps_the_index_going(fail_at: str,
             newest.write_bytes(b"damaged")
         with sarp.open(path) as again:
             assert bool(again.recovery["faults"]) == damage_newest
-            for i in range(9):
-                assert check_match(again, i) == full_blocks(i), i
+            assert_holds(again, 9)
 
 
 @pytest.mark.parametrize("then", ["power cut before the snapshot", "newest snapshot damaged"])
@@ -307,8 +302,7 @@ def test_a_journal_cut_after_a_failed_sync_is_followed_without_a_gap(then: str,
         sorted(path.glob("snapshot-*"))[-1].write_bytes(b"damaged")
     assert [seq for seq, _ in journal.files(path)] == [0, 1]
     with sarp.open(path) as again:
-        for i in range(5):
-            assert check_match(again, i) == full_blocks(i), i
+        assert_holds(again, 5)
 
 
 class _CutAtJournalSync(PowerLossIO):
@@ -394,8 +388,7 @@ def test_a_durable_point_survives_a_power_cut(tmp_path, durability, point):
     io.crash("drop")
     with sarp.open(path, backend="odirect", direct_io=False) as again:
         assert again.recovery["missing_segments"] == 0
-        for i in range(5):
-            assert check_match(again, i) == full_blocks(i)
+        assert_holds(again, 5)
 
 
 @pytest.mark.parametrize("backend", ["odirect", "flashlog"])
@@ -428,8 +421,7 @@ def test_a_reopen_after_a_failed_store_sync_makes_what_it_reads_durable(
     io.crash("drop")
     with sarp.open(path) as again:
         assert again.recovery["redone_files"] == 0
-        for i in range(20):
-            assert check_match(again, i) == full_blocks(i), i
+        assert_holds(again, 20)
 
 
 def test_a_reopen_after_a_failed_journal_sync_makes_the_journal_durable(
@@ -457,5 +449,4 @@ def test_a_reopen_after_a_failed_journal_sync_makes_the_journal_durable(
     io.crash("drop")
     with sarp.open(path) as again:
         assert again.recovery["torn_tail_bytes"] == 0
-        for i in range(20):
-            assert check_match(again, i) == full_blocks(i), i
+        assert_holds(again, 20)

@@ -17,7 +17,7 @@ from storage_backends import open_store
 from storage_backends.io import FileIO, PowerLossIO
 
 from .power import killed, snapshot_cut_by_power
-from .workload import CONFIG, check_match, full_blocks, insert
+from .workload import CONFIG, assert_holds, check_match, full_blocks, insert
 
 ODIRECT = dict(backend="odirect", direct_io=False)
 
@@ -49,8 +49,7 @@ def test_a_rebuild_stopped_before_its_snapshot_leaves_an_index_that_opens(
     monkeypatch.undo()
     with sarp.open(path, snapshot_on_close=False, **ODIRECT) as index:
         assert index.recovery["missing_segments"] == 1
-        for i in range(6):
-            assert check_match(index, i) == full_blocks(i)
+        assert_holds(index, 6)
 
 
 @pytest.mark.parametrize("then", ["insert", "snapshot"])
@@ -82,8 +81,7 @@ def test_a_reopen_under_sync_makes_the_segments_of_a_killed_session_durable(
     else:
         snapshot_cut_by_power(again, io)
     with sarp.open(path, **ODIRECT) as index:
-        for i in range(5):
-            assert check_match(index, i) == full_blocks(i), i
+        assert_holds(index, 5)
         if then == "insert":
             assert check_match(index, 6) == full_blocks(6)
 

@@ -40,6 +40,12 @@ def check_match(index, i: int) -> int:
     return m.num_blocks
 
 
+def assert_holds(index, n: int) -> None:
+    """Assert that sequences 0 .. n-1 match whole, each checked as by ``check_match``."""
+    short = [i for i in range(n) if check_match(index, i) != full_blocks(i)]
+    assert not short, f"sequences that match short: {short}"
+
+
 def insert(index, i: int) -> None:
     """Insert sequence i with its metadata."""
     tokens = sequence(i)
