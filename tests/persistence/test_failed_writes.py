@@ -450,3 +450,46 @@ def test_a_reopen_after_a_failed_journal_sync_makes_the_journal_durable(
     with sarp.open(path) as again:
         assert again.recovery["torn_tail_bytes"] == 0
         assert_holds(again, 20)
+
+
+@pytest.mark.parametrize("backend", ["odirect", "flashlog"])
+@pytest.mark.parametrize("failing", [1, 2, 3])
+def test_a_failed_directory_sync_then_a_reopen_without_a_restart_loses_no_insert(
+        backend: str, failing: int, tmp_path: Path) -> None:
+    """The ``failing``-th directory sync of a snapshot fails: its entries (the new snapshot,
+    the new journal, the files it removes) are not durable, though they read back. The
+    process is killed and the index reopened without a restart; the inserts acknowledged
+    after that, and those before, must survive the power cut that ends it. (Two defences
+    hold here: a failed journal switch removes its new journal, and roll-forward registers
+    stored segments that no journal names; the test fails only if both are gone.)"""
+    io = PowerLossIO(0)
+    path = tmp_path / "i"
+    store = {"io": io, **({"instances": 2} if backend == "flashlog" else {})}
+
+    def open_index(**config: int) -> sarp.Index:
+        return sarp.open(path, backend=backend, direct_io=False, store_options=store, _io=io,
+                         snapshot_on_close=False, **config)
+
+    index = open_index(**CONFIG)
+    for i in range(5):
+        insert(index, i)
+    index.snapshot()  # so that the next one removes the files of the first
+    real_dir_sync, calls = io.fsync_dir, [0]
+
+    def counted(directory):  # type: ignore[no-untyped-def]
+        calls[0] += 1
+        if calls[0] == failing:
+            io.fail_dir_syncs(1)
+        real_dir_sync(directory)
+
+    io.fsync_dir = counted  # type: ignore[method-assign]
+    with pytest.raises(SyncFailedError, match="directory"):
+        index.snapshot()
+    io.fsync_dir = real_dir_sync  # type: ignore[method-assign]
+    killed(index)
+    index = open_index()
+    for i in range(5, 10):
+        insert(index, i)
+    io.crash("drop")
+    with sarp.open(path, backend=backend, direct_io=False) as again:
+        assert_holds(again, 10)
