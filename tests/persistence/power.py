@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import errno
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import sarp
 from sarp import snapshot
 from storage_backends.io import PowerLossIO
+
+
+def open_through(io: PowerLossIO, path: Path, kind: str, **options: Any) -> sarp.Index:
+    """``sarp.open`` of the index at ``path`` on ``kind`` (odirect, or flashlog with two
+    instances), every file of it through ``io``, buffered, with no closing snapshot."""
+    store = {"io": io, **({"instances": 2} if kind == "flashlog" else {})}
+    return sarp.open(path, backend=kind, direct_io=False, store_options=store, _io=io,
+                     snapshot_on_close=False, **options)
 
 
 def killed(index: Any) -> None:

@@ -27,7 +27,7 @@ from storage_backends import open_store
 from storage_backends.io import FileIO, PowerLossIO
 from storage_backends.write_stop import WriteStop
 
-from .power import killed, snapshot_cut_by_power
+from .power import killed, open_through, snapshot_cut_by_power
 from .workload import CONFIG, assert_holds, check_match, full_blocks, insert, metadata
 
 
@@ -464,13 +464,7 @@ def test_a_failed_directory_sync_then_a_reopen_without_a_restart_loses_no_insert
     stored segments that no journal names; the test fails only if both are gone.)"""
     io = PowerLossIO(0)
     path = tmp_path / "i"
-    store = {"io": io, **({"instances": 2} if backend == "flashlog" else {})}
-
-    def open_index(**config: int) -> sarp.Index:
-        return sarp.open(path, backend=backend, direct_io=False, store_options=store, _io=io,
-                         snapshot_on_close=False, **config)
-
-    index = open_index(**CONFIG)
+    index = open_through(io, path, backend, **CONFIG)
     for i in range(5):
         insert(index, i)
     index.snapshot()  # so that the next one removes the files of the first
@@ -487,7 +481,7 @@ def test_a_failed_directory_sync_then_a_reopen_without_a_restart_loses_no_insert
         index.snapshot()
     io.fsync_dir = real_dir_sync  # type: ignore[method-assign]
     killed(index)
-    index = open_index()
+    index = open_through(io, path, backend)
     for i in range(5, 10):
         insert(index, i)
     io.crash("drop")

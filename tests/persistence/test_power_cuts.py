@@ -23,7 +23,7 @@ import sarp
 from sarp.errors import SyncFailedError, WritesStoppedError
 from storage_backends.io import PowerLossIO
 
-from .power import killed
+from .power import killed, open_through
 from .workload import CONFIG, check_match, full_blocks, insert, metadata
 
 MODES = ("sync", "group", "none")
@@ -40,13 +40,7 @@ def _session(path: Path, seed: int, mixed: bool) -> tuple[str, set[tuple[str, in
     kind = rng.choice(["odirect", "flashlog"])
     mode = rng.choice(MODES)
     io = PowerLossIO(seed)
-    store = {"io": io, **({"instances": 2} if kind == "flashlog" else {})}
-
-    def open_index(**config: int) -> sarp.Index:
-        return sarp.open(path, backend=kind, durability=mode, direct_io=False,
-                         store_options=store, _io=io, snapshot_on_close=False, **config)
-
-    index = open_index(**CONFIG)
+    index = open_through(io, path, kind, durability=mode, **CONFIG)
     acked: set[tuple[str, int]] = set()
     pending: set[tuple[str, int]] = set()
     own = 0
@@ -77,7 +71,7 @@ def _session(path: Path, seed: int, mixed: bool) -> tuple[str, set[tuple[str, in
                 io.fail_syncs(0)
                 io.fail_dir_syncs(0)
                 mode = rng.choice(MODES) if mixed else mode
-                index = open_index()
+                index = open_through(io, path, kind, durability=mode)
             else:
                 break
         except (SyncFailedError, WritesStoppedError):
