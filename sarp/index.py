@@ -134,6 +134,8 @@ class Index:
         held = HeldSegments(self.segments)
         result, tail = match_path(self.config, self.directory, self.segments, q, mr,
                                   held.record)
+        if not self._searches_as_inserts(mr):
+            tail = None  # it may have left unread a segment that the insert's search reads
         self._matched.remember(q, result.num_blocks, stamp, tail, held)
         with self._counter_lock:
             c = self.counters
@@ -512,6 +514,13 @@ class Index:
         if value is None:
             return self.config.max_retrieval
         return check_int(value, "max_retrieval", 0)
+
+    def _searches_as_inserts(self, max_retrieval: int) -> bool:
+        """Whether a match under ``max_retrieval`` reads at least the candidates that an
+        insert's match, under the index's bound, reads: then the window where it stopped is
+        also the insert's answer (``sarp.matched_prefix``), else the insert matches it again."""
+        bound = self.config.max_retrieval
+        return max_retrieval == 0 or 0 < bound <= max_retrieval
 
 
 def _last_record(io: FileIO, path: Path) -> int:

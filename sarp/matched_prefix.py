@@ -7,8 +7,10 @@ same segments (or per-block entries) a second time.
 
 The match also stops somewhere: inside a window, where the query diverges from what is
 stored. What it found there (the design's ``Tail``) is still the answer for that window when
-the insert's sequence starts with the whole matched query and no write has begun since the
-match started (``WriteClock``): then the insert takes it instead of reading the window again.
+the insert's sequence starts with the whole matched query, no write has begun since the
+match started (``WriteClock``), and the match searched the window as the insert would (a
+design remembers no tail of a match under a tighter bound than its inserts'): then the
+insert takes it instead of reading the window again.
 
 The match may also leave the segments it read in the window where it stopped (a design's
 ``held``, for SARP ``sarp.segments.HeldSegments``): the next insert takes them, so that it and

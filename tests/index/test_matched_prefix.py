@@ -167,6 +167,31 @@ def test_a_bounded_re_match_reads_only_segments_that_could_spare_the_write(
         assert index.match(block_ids=first).num_blocks == 200
 
 
+@pytest.mark.parametrize("call_bound", [1, 2])
+def test_a_match_under_a_tighter_bound_leaves_the_insert_its_own_search(
+        tmp_path: Path, call_bound: int):
+    """Window 128 holds T (the first insert, to 199) and U (a copy forking at 185, newer).
+    A match of blocks 0-189 under ``max_retrieval=1`` reads U only (no filtering: newest
+    first) and stops at 185, where U leaves the query. The index is unbounded, so the next
+    insert must not take that as the window's answer: it finds T, which shares to 190, and
+    its copy keeps T's records there. A bound of 2 reads both and finds T itself."""
+    with sarp.open(tmp_path / "i", backend="memory", background=False, pruning=False,
+                   filtering=False, max_retrieval=0) as index:
+        first = _ids(200)
+        index.insert(block_ids=first, metadata=metadata_for(first, 1))
+        second = np.concatenate((first[:185], _ids(20, start=30_000)))
+        index.insert(block_ids=second, metadata=metadata_for(second, 2))
+        m = index.match(block_ids=first[:190], max_retrieval=call_bound)
+        assert m.num_blocks == (185 if call_bound == 1 else 190)
+        third = np.concatenate((first[:190], _ids(20, start=40_000)))
+        st = index.insert(block_ids=third, metadata=metadata_for(third, 3))
+        assert st["segments_written"] == 2  # the copy of window 128, and window 192
+        m = index.match(block_ids=third)
+        assert m.num_blocks == 210
+        assert m.metadata["node"][:190].tolist() == [1] * 190
+        assert m.metadata["node"][190:].tolist() == [3] * 20
+
+
 def test_after_an_extension_the_later_windows_are_new_without_matching(tmp_path: Path):
     with sarp.open(tmp_path / "i", backend="memory", background=False) as index:
         first = _ids(40)
