@@ -1,0 +1,182 @@
+"""Randomized runs against the exact oracle: one seed draws a configuration, a backend, a
+workload with heavy sharing, and the calls (matches under per-call MaxRetrieval bounds,
+snapshots, reopens and rebuilds from the segments); every match is checked as it returns.
+A failure names its seed, which replays it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import sarp
+
+from .helpers import Oracle, metadata_for
+
+DEFAULT_SEEDS = range(6)
+THREAD_SEEDS = range(3)
+
+
+def random_config(rng: np.random.Generator, bounded: bool) -> dict[str, Any]:
+    """Parameters small enough that refinement, pruning and filtering ties all happen;
+    ``bounded``: a MaxRetrieval of 1 to 3, else unbounded (exact)."""
+    routing_points = int(rng.choice([1, 2, 4]))
+    segment_blocks = routing_points * int(rng.choice([4, 6, 8]))
+    fields = int(rng.choice([n for n in (2, 4, 8) if n <= segment_blocks]))
+    return dict(segment_blocks=segment_blocks, routing_points=routing_points,
+                filter_fields=fields, field_bits=64 // fields,
+                stride=int(rng.choice([s for s in (1, 2, 3) if fields * s <= segment_blocks])),
+                tau=int(rng.choice([1, 2, 3, 8])),
+                pruning_threshold=int(rng.choice([0, 1, 2, 4])),
+                max_retrieval=int(rng.integers(1, 4)) if bounded else 0,
+                refinement=bool(rng.random() < 0.8), filtering=bool(rng.random() < 0.8),
+                pruning=bool(rng.random() < 0.8), block_size=int(rng.choice([1, 2])))
+
+
+def random_workload(rng: np.random.Generator, requests: int
+                    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(context, context plus output) token arrays: sessions over a few shared prompts that
+    grow turn by turn, now and then restart, or go on from a cut of their history."""
+    vocab = int(rng.choice([3, 5, 20, 200]))
+    prompts = [rng.integers(0, vocab, int(rng.integers(1, 300)))
+               for _ in range(int(rng.integers(1, 5)))]
+    sessions = [prompts[rng.integers(len(prompts))] for _ in range(int(rng.integers(1, 12)))]
+    for _ in range(requests):
+        s = int(rng.integers(len(sessions)))
+        if rng.random() < 0.1:
+            sessions[s] = prompts[rng.integers(len(prompts))]
+        hist = sessions[s]
+        cut = len(hist) if rng.random() < 0.8 else int(rng.integers(0, len(hist) + 1))
+        ctx = np.concatenate((hist[:cut], rng.integers(0, vocab, int(rng.integers(0, 80)))))
+        full = np.concatenate((ctx, rng.integers(0, vocab, int(rng.integers(0, 80)))))
+        sessions[s] = full
+        yield ctx, full
+
+
+def _run(root: Path, seed: int, bounded: bool) -> None:
+    rng = np.random.default_rng(seed)
+    cfg = random_config(rng, bounded)
+    backend = str(rng.choice(["memory", "odirect", "flashlog", "wiredtiger", "rocksdb"]))
+    opts: dict[str, Any] = dict(background=bool(rng.random() < 0.5),
+                                durability=str(rng.choice(["none", "group", "sync"])),
+                                snapshot_every_inserts=int(rng.choice([0, 0, 7])))
+    bs = cfg["block_size"]
+    oracle = Oracle()
+    index = sarp.open(root, backend=backend, **opts, **cfg)
+    try:
+        for tag, (ctx, full) in enumerate(random_workload(rng, int(rng.integers(20, 250)))):
+            q = sarp.block_ids(ctx, bs)
+            bound = None if rng.random() < 0.8 else int(rng.integers(1, 4))
+            m = index.match(block_ids=q, max_retrieval=bound)
+            exact = oracle.match(q)
+            where = f"seed {seed}, request {tag}"
+            if bound is None and not bounded:
+                assert m.num_blocks == exact, where
+            else:
+                assert m.num_blocks <= exact, where
+            assert np.array_equal(m.block_ids, q[:m.num_blocks]), where
+            if bounded:  # a block may hold two records, both its writers' (sarp.insertion)
+                assert np.array_equal(m.metadata["address"], q[:m.num_blocks]), where
+            else:  # the first writer's record
+                assert [r.tobytes() for r in m.metadata] == [
+                    oracle.meta[b] for b in q[:m.num_blocks].tolist()], where
+            ids = sarp.block_ids(full, bs)
+            meta = metadata_for(ids, tag)
+            index.insert(block_ids=ids, metadata=meta)
+            oracle.insert(ids, meta)
+            step = rng.random()
+            if step < 0.03:
+                index.snapshot()
+            elif step < 0.07 and backend != "memory":
+                index.close()
+                index = sarp.open(root, _rebuild=step >= 0.06, **opts)
+    finally:
+        index.close()
+
+
+@pytest.mark.parametrize("bounded", [False, True])
+@pytest.mark.parametrize("seed", DEFAULT_SEEDS)
+def test_random_runs_match_the_oracle(tmp_path: Path, seed: int, bounded: bool) -> None:
+    _run(tmp_path / "i", seed, bounded)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bounded", [False, True])
+@pytest.mark.parametrize("seed", [s for s in range(150) if s not in DEFAULT_SEEDS])
+def test_random_runs_match_the_oracle_over_many_seeds(tmp_path: Path, seed: int,
+                                                      bounded: bool) -> None:
+    _run(tmp_path / "i", seed, bounded)
+
+
+def _run_threads(root: Path, seed: int) -> None:
+    """Request threads, each matching and inserting its share of the requests. A match must
+    reach every block that inserts completed before it began stored, and return only
+    verified blocks; at the end, and after a reopen, every sequence matches whole."""
+    rng = np.random.default_rng(seed)
+    cfg = random_config(rng, bounded=False)
+    backend = str(rng.choice(["memory", "odirect", "flashlog", "wiredtiger"]))
+    opts: dict[str, Any] = dict(background=bool(rng.random() < 0.5),
+                                durability=str(rng.choice(["none", "group"])))
+    threads = int(rng.integers(2, 5))
+    requests = list(random_workload(rng, int(rng.integers(60, 300))))
+    bs = cfg["block_size"]
+    stored = Oracle()  # the blocks of the inserts that have returned
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+    index = sarp.open(root, backend=backend, **opts, **cfg)
+
+    def serve(first: int) -> None:
+        try:
+            for tag in range(first, len(requests), threads):
+                ctx, full = requests[tag]
+                q = sarp.block_ids(ctx, bs)
+                with lock:
+                    floor = stored.match(q)
+                m = index.match(block_ids=q)
+                where = f"seed {seed}, request {tag}"
+                assert floor <= m.num_blocks <= len(q), where
+                assert np.array_equal(m.block_ids, q[:m.num_blocks]), where
+                assert np.array_equal(m.metadata["address"], q[:m.num_blocks]), where
+                ids = sarp.block_ids(full, bs)
+                meta = metadata_for(ids, tag)
+                index.insert(block_ids=ids, metadata=meta)
+                with lock:
+                    stored.insert(ids, meta)
+        except BaseException as exc:  # raised in the test's thread below
+            errors.append(exc)
+
+    try:
+        workers = [threading.Thread(target=serve, args=(k,)) for k in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        if errors:
+            raise errors[0]
+        for reopen in (False, True):
+            if reopen:
+                if backend == "memory":
+                    break
+                index.close()
+                index = sarp.open(root, **opts)
+            for tag, (_, full) in enumerate(requests):
+                ids = sarp.block_ids(full, bs)
+                assert index.match(block_ids=ids).num_blocks == len(ids), \
+                    f"seed {seed}, request {tag}, reopened: {reopen}"
+    finally:
+        index.close()
+
+
+@pytest.mark.parametrize("seed", THREAD_SEEDS)
+def test_random_runs_under_request_threads(tmp_path: Path, seed: int) -> None:
+    _run_threads(tmp_path / "i", seed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [s for s in range(50) if s not in THREAD_SEEDS])
+def test_random_runs_under_request_threads_over_many_seeds(tmp_path: Path, seed: int) -> None:
+    _run_threads(tmp_path / "i", seed)
