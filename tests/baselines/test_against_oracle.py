@@ -13,6 +13,7 @@ from sarp.baselines.radix_nodes import PIECE_SHIFT, NodeTable
 from sarp.block_ids import block_ids
 from sarp.matching import MatchResult
 
+from ..index.helpers import random_workload
 from .conftest import BACKENDS, CAP, STORE_VARIANTS, VARIANTS, S, variant_params
 from .workload import BLOCK, Reference, Request, metadata_for, requests
 
@@ -70,6 +71,23 @@ def test_segment_sizes(variant, segment_blocks, opener):
     idx = opener(name, segment_blocks=segment_blocks, block_size=BLOCK, **options)
     oracle = opener("exact", "oracle", block_size=BLOCK)
     run_against_oracle(idx, oracle, requests(3, sessions=10, turns=3))
+
+
+@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("variant", variant_params(VARIANTS))
+def test_random_workloads(variant, seed, opener):
+    """The randomized workloads of SARP's suite (``tests/index/test_randomized.py``), at a
+    random segment size."""
+    rng = np.random.default_rng(seed)
+    _, name, options = variant
+    idx = opener(name, segment_blocks=int(rng.choice([1, 2, 4, 8, 16])), block_size=BLOCK,
+                 **options)
+    oracle = opener("exact", "oracle", block_size=BLOCK)
+    reqs = []
+    for k, (ctx, full) in enumerate(random_workload(rng, 150)):
+        ids = block_ids(full, BLOCK)
+        reqs.append(Request(block_ids(ctx, BLOCK), ids, metadata_for(ids, k)))
+    run_against_oracle(idx, oracle, reqs)
 
 
 def test_first_writer_wins(opener):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 import sarp
@@ -60,3 +62,23 @@ def shared_prefix_workload(seed: int, sessions: int = 30, turns: int = 4, vocab:
             out.append((ctx, full))
             hist[s] = full
     return out
+
+
+def random_workload(rng: np.random.Generator, requests: int
+                    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(context, context plus output) token arrays: sessions over a few shared prompts that
+    grow turn by turn, now and then restart, or go on from a cut of their history."""
+    vocab = int(rng.choice([3, 5, 20, 200]))
+    prompts = [rng.integers(0, vocab, int(rng.integers(1, 300)))
+               for _ in range(int(rng.integers(1, 5)))]
+    sessions = [prompts[rng.integers(len(prompts))] for _ in range(int(rng.integers(1, 12)))]
+    for _ in range(requests):
+        s = int(rng.integers(len(sessions)))
+        if rng.random() < 0.1:
+            sessions[s] = prompts[rng.integers(len(prompts))]
+        hist = sessions[s]
+        cut = len(hist) if rng.random() < 0.8 else int(rng.integers(0, len(hist) + 1))
+        ctx = np.concatenate((hist[:cut], rng.integers(0, vocab, int(rng.integers(0, 80)))))
+        full = np.concatenate((ctx, rng.integers(0, vocab, int(rng.integers(0, 80)))))
+        sessions[s] = full
+        yield ctx, full

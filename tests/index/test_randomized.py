@@ -6,7 +6,6 @@ A failure names its seed, which replays it."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ import pytest
 
 import sarp
 
-from .helpers import Oracle, metadata_for
+from .helpers import Oracle, metadata_for, random_workload
 
 DEFAULT_SEEDS = range(6)
 THREAD_SEEDS = range(3)
@@ -35,26 +34,6 @@ def random_config(rng: np.random.Generator, bounded: bool) -> dict[str, Any]:
                 max_retrieval=int(rng.integers(1, 4)) if bounded else 0,
                 refinement=bool(rng.random() < 0.8), filtering=bool(rng.random() < 0.8),
                 pruning=bool(rng.random() < 0.8), block_size=int(rng.choice([1, 2])))
-
-
-def random_workload(rng: np.random.Generator, requests: int
-                    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """(context, context plus output) token arrays: sessions over a few shared prompts that
-    grow turn by turn, now and then restart, or go on from a cut of their history."""
-    vocab = int(rng.choice([3, 5, 20, 200]))
-    prompts = [rng.integers(0, vocab, int(rng.integers(1, 300)))
-               for _ in range(int(rng.integers(1, 5)))]
-    sessions = [prompts[rng.integers(len(prompts))] for _ in range(int(rng.integers(1, 12)))]
-    for _ in range(requests):
-        s = int(rng.integers(len(sessions)))
-        if rng.random() < 0.1:
-            sessions[s] = prompts[rng.integers(len(prompts))]
-        hist = sessions[s]
-        cut = len(hist) if rng.random() < 0.8 else int(rng.integers(0, len(hist) + 1))
-        ctx = np.concatenate((hist[:cut], rng.integers(0, vocab, int(rng.integers(0, 80)))))
-        full = np.concatenate((ctx, rng.integers(0, vocab, int(rng.integers(0, 80)))))
-        sessions[s] = full
-        yield ctx, full
 
 
 def _run(root: Path, seed: int, bounded: bool) -> None:
