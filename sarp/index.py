@@ -127,6 +127,10 @@ class Index:
         the serving engine chained the same way: each ID names its whole prefix, so an ID
         repeats only where a prefix does. Unchained IDs that repeat within a sequence route
         many segments to one key; a bounded ``max_retrieval`` then reads only some of them.
+
+        ``max_retrieval``: segment retrievals per query window for this match (0: unbounded;
+        by default the index's). It changes only what this match reads: an insert after it
+        searches under the index's bound.
         """
         q = self._query_ids(tokens, block_ids, namespace)
         mr = self._max_retrieval(max_retrieval)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -82,3 +83,19 @@ def random_workload(rng: np.random.Generator, requests: int
         full = np.concatenate((ctx, rng.integers(0, vocab, int(rng.integers(0, 80)))))
         sessions[s] = full
         yield ctx, full
+
+
+def random_config(rng: np.random.Generator, bounded: bool) -> dict[str, Any]:
+    """Parameters small enough that refinement, pruning and filtering ties all happen;
+    ``bounded``: a MaxRetrieval of 1 to 3, else unbounded (exact)."""
+    routing_points = int(rng.choice([1, 2, 4]))
+    segment_blocks = routing_points * int(rng.choice([4, 6, 8]))
+    fields = int(rng.choice([n for n in (2, 4, 8) if n <= segment_blocks]))
+    return dict(segment_blocks=segment_blocks, routing_points=routing_points,
+                filter_fields=fields, field_bits=64 // fields,
+                stride=int(rng.choice([s for s in (1, 2, 3) if fields * s <= segment_blocks])),
+                tau=int(rng.choice([1, 2, 3, 8])),
+                pruning_threshold=int(rng.choice([0, 1, 2, 4])),
+                max_retrieval=int(rng.integers(1, 4)) if bounded else 0,
+                refinement=bool(rng.random() < 0.8), filtering=bool(rng.random() < 0.8),
+                pruning=bool(rng.random() < 0.8), block_size=int(rng.choice([1, 2])))

@@ -14,26 +14,10 @@ import pytest
 
 import sarp
 
-from .helpers import Oracle, metadata_for, random_workload
+from .helpers import Oracle, metadata_for, random_config, random_workload
 
 DEFAULT_SEEDS = range(6)
 THREAD_SEEDS = range(3)
-
-
-def random_config(rng: np.random.Generator, bounded: bool) -> dict[str, Any]:
-    """Parameters small enough that refinement, pruning and filtering ties all happen;
-    ``bounded``: a MaxRetrieval of 1 to 3, else unbounded (exact)."""
-    routing_points = int(rng.choice([1, 2, 4]))
-    segment_blocks = routing_points * int(rng.choice([4, 6, 8]))
-    fields = int(rng.choice([n for n in (2, 4, 8) if n <= segment_blocks]))
-    return dict(segment_blocks=segment_blocks, routing_points=routing_points,
-                filter_fields=fields, field_bits=64 // fields,
-                stride=int(rng.choice([s for s in (1, 2, 3) if fields * s <= segment_blocks])),
-                tau=int(rng.choice([1, 2, 3, 8])),
-                pruning_threshold=int(rng.choice([0, 1, 2, 4])),
-                max_retrieval=int(rng.integers(1, 4)) if bounded else 0,
-                refinement=bool(rng.random() < 0.8), filtering=bool(rng.random() < 0.8),
-                pruning=bool(rng.random() < 0.8), block_size=int(rng.choice([1, 2])))
 
 
 def _run(root: Path, seed: int, bounded: bool) -> None:
@@ -92,14 +76,15 @@ def test_random_runs_match_the_oracle_over_many_seeds(tmp_path: Path, seed: int,
 
 
 def _run_threads(root: Path, seed: int) -> None:
-    """Request threads, each matching and inserting its share of the requests. A match must
-    reach every block that inserts completed before it began stored, and return only
-    verified blocks; at the end, and after a reopen, every sequence matches whole."""
+    """Request threads, each matching and inserting its share of the requests, and a thread
+    taking snapshots at random pauses. A match must reach every block that inserts completed
+    before it began stored, and return only verified blocks; at the end, and after a reopen,
+    every sequence matches whole."""
     rng = np.random.default_rng(seed)
     cfg = random_config(rng, bounded=False)
     backend = str(rng.choice(["memory", "odirect", "flashlog", "wiredtiger"]))
     opts: dict[str, Any] = dict(background=bool(rng.random() < 0.5),
-                                durability=str(rng.choice(["none", "group"])))
+                                durability=str(rng.choice(["none", "group", "sync"])))
     threads = int(rng.integers(2, 5))
     requests = list(random_workload(rng, int(rng.integers(60, 300))))
     bs = cfg["block_size"]
@@ -128,12 +113,27 @@ def _run_threads(root: Path, seed: int) -> None:
         except BaseException as exc:  # raised in the test's thread below
             errors.append(exc)
 
+    served = threading.Event()
+    pauses = rng.random(1000) * 0.02
+
+    def snapshots() -> None:
+        try:
+            for pause in pauses:
+                if served.wait(pause):
+                    return
+                index.snapshot()
+        except BaseException as exc:
+            errors.append(exc)
+
     try:
         workers = [threading.Thread(target=serve, args=(k,)) for k in range(threads)]
-        for w in workers:
+        snapshotter = threading.Thread(target=snapshots)
+        for w in [*workers, snapshotter]:
             w.start()
         for w in workers:
             w.join()
+        served.set()
+        snapshotter.join()
         if errors:
             raise errors[0]
         for reopen in (False, True):

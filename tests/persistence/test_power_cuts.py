@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ import sarp
 from sarp.errors import SyncFailedError, WritesStoppedError
 from storage_backends.io import PowerLossIO
 
+from ..index.helpers import random_config
 from .power import killed, open_through
 from .workload import CONFIG, check_match, full_blocks, insert, metadata
 
@@ -33,14 +35,16 @@ def _own_block(n: int) -> np.ndarray:
     return np.array([10_000_000 + n], dtype=np.uint64)
 
 
-def _session(path: Path, seed: int, mixed: bool) -> tuple[str, set[tuple[str, int]]]:
-    """Run the seed's session up to its power cut; returns the store kind and what was
-    acknowledged: ("s", i) for sequence(i), ("b", n) for one-block sequence n."""
+def _session(path: Path, seed: int, mixed: bool, config: dict[str, Any]
+             ) -> tuple[str, set[tuple[str, int]]]:
+    """Run the seed's session up to its power cut, on an index of ``config``; returns the
+    store kind and what was acknowledged: ("s", i) for sequence(i), ("b", n) for one-block
+    sequence n."""
     rng = random.Random(seed)
     kind = rng.choice(["odirect", "flashlog"])
     mode = rng.choice(MODES)
     io = PowerLossIO(seed)
-    index = open_through(io, path, kind, durability=mode, **CONFIG)
+    index = open_through(io, path, kind, durability=mode, **config)
     acked: set[tuple[str, int]] = set()
     pending: set[tuple[str, int]] = set()
     own = 0
@@ -80,9 +84,9 @@ def _session(path: Path, seed: int, mixed: bool) -> tuple[str, set[tuple[str, in
     return kind, acked
 
 
-def _check(tmp_path: Path, seed: int, mixed: bool) -> None:
+def _check(tmp_path: Path, seed: int, mixed: bool, config: dict[str, Any] = CONFIG) -> None:
     path = tmp_path / "i"
-    kind, acked = _session(path, seed, mixed)
+    kind, acked = _session(path, seed, mixed, config)
     with sarp.open(path, backend=kind, direct_io=False, snapshot_on_close=False) as index:
         lost = [key for key in sorted(acked)
                 if (check_match(index, key[1]) != full_blocks(key[1]) if key[0] == "s"
@@ -107,3 +111,14 @@ def test_a_power_cut_loses_no_acknowledged_insert(tmp_path: Path, seed: int,
 def test_a_power_cut_loses_no_acknowledged_insert_over_many_seeds(tmp_path: Path, seed: int,
                                                                   mixed: bool) -> None:
     _check(tmp_path, seed, mixed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(100))
+def test_a_power_cut_loses_no_acknowledged_insert_under_random_configurations(
+        tmp_path: Path, seed: int) -> None:
+    """The sessions on indexes of the randomized oracle runs' configurations (refinement,
+    filtering and pruning each on or off, small thresholds, bounded or not); the workload's
+    block size is kept."""
+    config = random_config(np.random.default_rng(10_000 + seed), bounded=seed % 3 == 0)
+    _check(tmp_path, seed, bool(seed % 2), {**config, "block_size": CONFIG["block_size"]})
