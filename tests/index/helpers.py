@@ -34,6 +34,21 @@ class Oracle:
         return n
 
 
+def assert_verified(m, q: np.ndarray, oracle: Oracle, where: str = "") -> None:
+    """Every returned block ID and metadata record is what was inserted for that prefix
+    (the first writer's record)."""
+    assert np.array_equal(m.block_ids, q[: m.num_blocks]), where
+    for i in range(m.num_blocks):
+        assert m.metadata[i].tobytes() == oracle.meta[int(q[i])], where
+
+
+def assert_own_records(m, q: np.ndarray, where: str = "") -> None:
+    """Every returned block ID is the query's, and each record is its block's own (the
+    ``address`` that ``metadata_for`` gives it), whichever writer's it is."""
+    assert np.array_equal(m.block_ids, q[: m.num_blocks]), where
+    assert np.array_equal(m.metadata["address"], q[: m.num_blocks]), where
+
+
 def metadata_for(ids: np.ndarray, tag: int) -> np.ndarray:
     """Metadata that differs per insert (tag) so first-writer-wins is observable."""
     m = np.zeros(len(ids), sarp.DEFAULT_METADATA_DTYPE)

@@ -7,7 +7,7 @@ import pytest
 
 import sarp
 
-from .helpers import SMALL, Oracle, metadata_for, shared_prefix_workload
+from .helpers import SMALL, Oracle, assert_verified, metadata_for, shared_prefix_workload
 
 
 def replay(index, workload, block_size: int, check) -> None:
@@ -20,13 +20,6 @@ def replay(index, workload, block_size: int, check) -> None:
         meta = metadata_for(ids, tag)
         index.insert(block_ids=ids, metadata=meta)
         oracle.insert(ids, meta)
-
-
-def assert_verified(m, q, oracle) -> None:
-    """Every returned block ID and metadata record is what was inserted for that prefix."""
-    assert np.array_equal(m.block_ids, q[: m.num_blocks])
-    for i in range(m.num_blocks):
-        assert m.metadata[i].tobytes() == oracle.meta[int(q[i])]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

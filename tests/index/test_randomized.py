@@ -14,7 +14,14 @@ import pytest
 
 import sarp
 
-from .helpers import Oracle, metadata_for, random_config, random_workload
+from .helpers import (
+    Oracle,
+    assert_own_records,
+    assert_verified,
+    metadata_for,
+    random_config,
+    random_workload,
+)
 
 DEFAULT_SEEDS = range(6)
 THREAD_SEEDS = range(3)
@@ -41,12 +48,10 @@ def _run(root: Path, seed: int, bounded: bool) -> None:
                 assert m.num_blocks == exact, where
             else:
                 assert m.num_blocks <= exact, where
-            assert np.array_equal(m.block_ids, q[:m.num_blocks]), where
             if bounded:  # a block may hold two records, both its writers' (sarp.insertion)
-                assert np.array_equal(m.metadata["address"], q[:m.num_blocks]), where
-            else:  # the first writer's record
-                assert [r.tobytes() for r in m.metadata] == [
-                    oracle.meta[b] for b in q[:m.num_blocks].tolist()], where
+                assert_own_records(m, q, where)
+            else:
+                assert_verified(m, q, oracle, where)
             ids = sarp.block_ids(full, bs)
             meta = metadata_for(ids, tag)
             index.insert(block_ids=ids, metadata=meta)
@@ -103,8 +108,7 @@ def _run_threads(root: Path, seed: int) -> None:
                 m = index.match(block_ids=q)
                 where = f"seed {seed}, request {tag}"
                 assert floor <= m.num_blocks <= len(q), where
-                assert np.array_equal(m.block_ids, q[:m.num_blocks]), where
-                assert np.array_equal(m.metadata["address"], q[:m.num_blocks]), where
+                assert_own_records(m, q, where)
                 ids = sarp.block_ids(full, bs)
                 meta = metadata_for(ids, tag)
                 index.insert(block_ids=ids, metadata=meta)
