@@ -41,7 +41,7 @@ HEADER_MAGIC = b"SARPODH3"
 OLD_HEADER_MAGICS = (b"SARPODH2",)
 # key_mode, block size, max_value_size, version bytes, extent slots, clean, next sequence number
 _HEADER = struct.Struct("<BIIIIBQ")
-COPIES_MAGIC = b"SARPODC2"
+COPIES_MAGIC = b"SARPODC3"
 # next sequence number, slots, bytes of slots.dat; then the newest-copy bitmap
 _COPIES = struct.Struct("<QQQ")
 KEY_MODES = ("dense", "sparse")
@@ -62,6 +62,12 @@ MAX_VALUE_SIZE = 1 << 26
 UNSYNCED_LIMIT = 1 << 16
 
 EMPTY, VALID, BAD = 0, 1, 2
+
+
+def _bit(bits: bytes | bytearray, slot: int) -> int:
+    """The newest-copy bit of ``slot`` in ``bits`` (0 past their end)."""
+    i = slot >> 3
+    return (bits[i] >> (slot & 7)) & 1 if i < len(bits) else 0
 
 
 class ODirectStore(RecordStore):
@@ -110,8 +116,9 @@ class ODirectStore(RecordStore):
         self._unsynced: set[int] = set()
         #: bit s set: copy 1 of slot s holds the newest version (else copy 0, or none)
         self._newer = bytearray()
-        if not clean or not self._load_copies() or self._sparse:
-            self._load_slots(repair=not clean)
+        saved = clean and self._load_copies()
+        if not saved or self._sparse:
+            self._load_slots(repair=not clean, saved=bytes(self._newer) if saved else None)
         self._write_header(clean=False)
 
     # -- header and the saved newest-copy bits -------------------------------------------------
@@ -186,8 +193,7 @@ class ODirectStore(RecordStore):
         write_superblock(self._io, self.path / "COPIES", COPIES_MAGIC, payload)
 
     def _newest_copy(self, slot: int) -> int:
-        i = slot >> 3
-        return (self._newer[i] >> (slot & 7)) & 1 if i < len(self._newer) else 0
+        return _bit(self._newer, slot)
 
     def _set_newest_copy(self, slot: int, copy: int) -> None:
         i = slot >> 3
@@ -244,11 +250,6 @@ class ODirectStore(RecordStore):
         self._read(buf, slot, 0)
         self._read(buf, slot, 1, self._vbytes)
 
-    def _read_both(self, buf: Any, slot: int) -> tuple[int, int, int, int, int, int]:
-        """``_newest`` of ``slot``'s two copies, read into ``buf`` (``_read_copies``)."""
-        self._read_copies(buf, slot)
-        return self._newest(buf, (0, self._vbytes), slot)
-
     def _write_versions(self, versions: list[tuple[int, int, int, bytes]]) -> None:
         """Write versions (slot, flags, key, value) of distinct slots, in order, each into the
         copy of its slot that does not hold its last synced version: the other copy than the
@@ -289,10 +290,13 @@ class ODirectStore(RecordStore):
         try:
             self._data.pwrite(w, run[0][0])
         except OSError as e:
-            if any(slot in self._unsynced for _, slot, *_ in run):
-                # it wrote over a version not yet synced, which may now be torn, and the
-                # slot's last synced version is served again: writes stop, as after a
-                # failed sync, until a reopen recovers the store
+            torn = [(slot, copy) for _, slot, copy, *_ in run if slot in self._unsynced]
+            if torn:
+                # it wrote over versions not yet synced, which may now be torn, and the
+                # slots' last synced versions, in their other copies, are served again:
+                # writes stop, as after a failed sync, until a reopen recovers the store
+                for slot, copy in torn:
+                    self._set_newest_copy(slot, 1 - copy)
                 raise SyncFailedError(e.errno, "a write over versions not yet synced failed: "
                                                f"{e.strerror}") from e
             raise
@@ -354,9 +358,10 @@ class ODirectStore(RecordStore):
                 yield slot, view, (self._offset(slot, 0) - origin,
                                    self._offset(slot, 1) - origin)
 
-    def _load_slots(self, repair: bool) -> None:
+    def _load_slots(self, repair: bool, saved: bytes | None = None) -> None:
         """Rebuild the newest-copy bits, the next sequence number and (sparse) the slot table
-        and free list from every slot; after a crash, clear torn first writes.
+        and free list from every slot; after a crash, clear torn first writes. ``saved``: the
+        bits of the clean close just before (sparse mode), whose copies must pass their checks.
 
         Sparse keys: a crash can leave one key in two slots (a delete, its slot taken by
         another key and the key put again, of which only the last write reached the device).
@@ -366,6 +371,8 @@ class ODirectStore(RecordStore):
         newest: dict[int, tuple[int, int, int]] = {}  # key -> (seq, slot, flags) of its newest
         self._newer = bytearray(-(-self._nslots // 8))
         for slot, buf, offsets in self._iter_slots():
+            if saved is not None:
+                self._served(buf, offsets, slot, _bit(saved, slot))
             copy, seq, flags, key, _, bad = self._newest(buf, offsets, slot)
             if bad and copy < 0:
                 if not repair:
@@ -404,6 +411,8 @@ class ODirectStore(RecordStore):
             for slot in clear:
                 self._data.pwrite(zero, self._offset(slot, copy))
             self._data.fdatasync()
+        for slot in clear:  # empty now, as a slot never written
+            self._set_newest_copy(slot, 0)
 
     # -- the record-store primitives -------------------------------------------------------------
     def _put_many(self, pairs: list[tuple[int, bytes]]) -> None:
@@ -437,27 +446,53 @@ class ODirectStore(RecordStore):
         return out
 
     def _value(self, slot: int, key: int) -> bytes | None:
-        """The live value of ``key`` at ``slot``: one read of the newest copy; if that copy
-        fails its checks (corruption, or a slot never written), both copies are read and the
-        newest valid one is served, or CorruptionError raised when neither is valid."""
+        """The live value of ``key`` at ``slot``: one read of the newest copy. If that copy
+        fails its checks, or reads as empty, both copies are read: a slot never written is
+        empty in both, with bit 0; else the read is repeated with writers held off (a write
+        running now may tear the copy it rewrites, or flip the bit) and served by
+        ``_served``."""
         buf = self._read_buffer()
         self._read(buf, slot, self._newest_copy(slot))
         state, _, flags, found, n = self._parse(buf, 0, slot)
         start = _VERSION.size
         if state != VALID:
-            copy, _, flags, found, n, bad = self._read_both(buf, slot)
-            if bad:
-                with self._lock:  # once more with writers held off: a write of the slot
-                    # running now tears the copy it rewrites, which may be the newest
-                    copy, _, flags, found, n, bad = self._read_both(buf, slot)
-            if copy < 0:
-                if bad:
-                    raise CorruptionError(f"slots.dat: slot {slot}: no version passes its checks")
+            self._read_copies(buf, slot)
+            offsets = (0, self._vbytes)
+            if self._parse(buf, 0, slot)[0] == self._parse(buf, self._vbytes, slot)[0] == EMPTY \
+                    and not self._newest_copy(slot):
                 return None
-            start += copy * self._vbytes
+            with self._lock:
+                self._read_copies(buf, slot)
+                copy, flags, found, n = self._served(buf, offsets, slot)
+            if copy < 0:
+                return None
+            start += offsets[copy]
         if flags != LIVE or found != key:
             return None
         return buf[start:start + n]
+
+    def _served(self, buf: Any, offsets: tuple[int, int], slot: int,
+                copy: int | None = None) -> tuple[int, int, int, int]:
+        """(copy, flags, key, length) of ``slot``'s version to serve, its copies being at
+        ``offsets`` of ``buf``; copy -1 for a slot never written (bit 0, both copies empty).
+        The copy the newest-copy bit names (or ``copy``) is the one: a write flips the bit
+        once it is written, so under the store lock that copy fails its checks, or reads as
+        empty, only if the device lost it. That is ``CorruptionError``, never the older
+        version."""
+        if copy is None:
+            copy = self._newest_copy(slot)
+        states = [self._parse(buf, off, slot) for off in offsets]
+        state, _, flags, key, n = states[copy]
+        if state == VALID:
+            return copy, flags, key, n
+        other = states[1 - copy][0]
+        if state == other == EMPTY and copy == 0:  # a slot's first version goes to copy 1
+            return -1, 0, 0, 0
+        if other != VALID and BAD in (state, other):
+            raise CorruptionError(f"slots.dat: slot {slot}: no version passes its checks")
+        fault = "fails its checks" if state == BAD else "reads as empty"
+        raise CorruptionError(f"slots.dat: slot {slot}: its newest version (copy {copy}) "
+                              f"{fault}; an older version is never served in its place")
 
     def _delete(self, key: int) -> None:
         with self._lock:
@@ -474,9 +509,7 @@ class ODirectStore(RecordStore):
         with self._lock:
             records = []
             for slot, buf, offsets in self._iter_slots():
-                copy, _, flags, key, n, bad = self._newest(buf, offsets, slot)
-                if copy < 0 and bad:
-                    raise CorruptionError(f"slots.dat: slot {slot}: no version passes its checks")
+                copy, flags, key, n = self._served(buf, offsets, slot)
                 if copy >= 0 and flags == LIVE:
                     start = offsets[copy] + _VERSION.size
                     records.append((key, bytes(buf[start:start + n])))

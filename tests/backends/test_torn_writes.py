@@ -18,6 +18,7 @@ import pytest
 from sarp.errors import CorruptionError, SyncFailedError, WritesStoppedError
 from storage_backends import RecordStore, open_store
 from storage_backends.io import FileIO, PowerLossIO
+from storage_backends.superblock import read_superblock, write_superblock
 
 KINDS = ("flashlog", "odirect")
 BUDGET = 1 << 20
@@ -177,17 +178,63 @@ def test_flipped_byte_is_detected(kind: str, options: dict[str, Any], tmp_path: 
         assert s.get(124) == values[124]
 
 
-def test_odirect_flipped_newest_version_falls_back(tmp_path: Path) -> None:
+@pytest.mark.parametrize("dense", [False, True])
+@pytest.mark.parametrize("damage", ["flip", "zero"])
+@pytest.mark.parametrize("versions", [1, 2])
+def test_odirect_a_damaged_newest_version_is_corruption_not_the_older_one(
+        tmp_path: Path, dense: bool, damage: str, versions: int) -> None:
+    """docs/odirect_format.txt: the newest-copy bits of a clean close name each slot's newest
+    version; if it fails its checks, or reads as empty (also where it is the slot's only
+    version, so that both copies read as empty), the device lost it. That is corruption
+    (raised by the get in dense mode, by the open that reads every slot in sparse mode),
+    never the older version served in its place, nor a slot never written."""
     path = tmp_path / "s"
     old, new = b"o" * 1000 + b"OLD", b"n" * 1000 + b"NEW"
-    with _open("odirect", path) as s:
-        s.put(7, old)
-        s.flush()  # a rewrite before a sync would take the same copy again
-        s.put(7, new)
-    f, off = _only_offset(path, b"n" * 100 + b"NEW")
-    _flip(f, off)
-    with _open("odirect", path) as s:
-        assert s.get(7) == old
+    with _open("odirect", path, dense_keys=dense) as s:
+        if versions == 2:
+            s.put_many([(7, old), (8, old)])
+            s.flush()  # a rewrite before a sync would take the same copy again
+        s.put_many([(7, new), (8, new)])
+    f, off = _only_offset(path, b"n" * 100 + b"NEW")  # key 7's newest version
+    if damage == "flip":
+        _flip(f, off)
+    else:
+        with open(f, "r+b") as fh:
+            fh.seek(off - off % 4096)
+            fh.write(bytes(4096))  # the slot's whole copy (a version is one 4 KiB block)
+    copy = 0 if versions == 2 else 1  # a slot's first version goes to copy 1
+    match = f"slot {7 if dense else 0}: " + (
+        f"its newest version \\(copy {copy}\\) reads as empty" if damage == "zero" else
+        f"its newest version \\(copy {copy}\\) fails its checks" if versions == 2 else
+        "no version passes its checks")
+    if not dense:
+        with pytest.raises(CorruptionError, match=match):
+            _open("odirect", path)
+        return
+    with _open("odirect", path, dense_keys=True) as s:
+        with pytest.raises(CorruptionError, match=match):
+            s.get(7)
+        assert s.get(8) == new
+        assert s.get(9) is None  # never written
+
+
+def test_odirect_newest_copy_bits_of_an_earlier_format_are_not_trusted(tmp_path: Path) -> None:
+    """COPIES of magic SARPODC2 (earlier builds) may name copy 1 for a slot an unclean open
+    cleared: the open reads every slot instead, as without COPIES. Here such bits name the
+    older copy of key 7, which a trusted COPIES would serve."""
+    path = tmp_path / "s"
+    with _open("odirect", path, dense_keys=True) as s:
+        s.put(7, b"old")
+        s.flush()
+        s.put(7, b"new")  # copy 0; its bit is 0
+    payload = bytearray(read_superblock(FileIO(), path / "COPIES", b"SARPODC3"))
+    payload[24] |= 1 << 7  # the bits follow three u64; slot 7's names copy 1 now
+    write_superblock(FileIO(), path / "COPIES", b"SARPODC2", bytes(payload))
+    with _open("odirect", path, dense_keys=True) as s:
+        assert s.get(7) == b"new"
+    write_superblock(FileIO(), path / "COPIES", b"SARPODC3", bytes(payload))
+    with _open("odirect", path, dense_keys=True) as s:  # this build's magic: trusted
+        assert s.get(7) == b"old"
 
 
 @pytest.mark.parametrize("block, fault", [(0, "bad WAL header"),
