@@ -578,6 +578,9 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
     if not existing and root.exists() and {p.name for p in root.iterdir()} - {
             STORE_DIR, CONFIG_FILE + ".tmp", first_journal, first_journal + ".tmp",
             SYNC_FAILED_FILE}:
+        numbered = journal.files(root) + snapshot.candidates(root)
+        if numbered:
+            raise _without_config(root, ", ".join(sorted(p.name for _, p in numbered)))
         raise ValueError(f"path {str(root)!r} is not empty and holds no SARP index")
     if existing:
         stored, index_id = loads(cfg_file.read_bytes(), str(cfg_file))
@@ -724,9 +727,14 @@ def _check_nothing_stored(root: Path, store: storage_backends.RecordStore, io: F
         found = f"{first.name} with records"
     else:
         return
-    raise ValueError(f"path {str(root)!r} holds {found} but no {CONFIG_FILE}: restore "
-                     f"{CONFIG_FILE} to reopen that index, or remove the directory to start "
-                     "over")
+    raise _without_config(root, found)
+
+
+def _without_config(root: Path, found: str) -> ValueError:
+    """The error of a directory that holds an index's files (``found``) but no sarp.json."""
+    return ValueError(f"path {str(root)!r} holds {found} but no {CONFIG_FILE}: restore "
+                      f"{CONFIG_FILE} to reopen that index, or remove the directory to start "
+                      "over")
 
 
 def _check_segments_fit(cfg: Config, store: storage_backends.RecordStore) -> None:

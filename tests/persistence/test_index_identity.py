@@ -182,14 +182,14 @@ def test_rebuild_gives_an_index_from_before_ids_its_id(tmp_path):
     assert index_id(path) == data["index_id"]
 
 
-@pytest.mark.parametrize("left", ["store", "journal"])
+@pytest.mark.parametrize("left", ["store", "journal", "snapshot"])
 def test_no_index_is_created_over_one_that_lost_its_sarp_json(tmp_path, left):
     """An index whose sarp.json is gone (deleted, not restored from a backup) is no creation
     cut short: creating one there would write journal 0 again and overwrite its segments.
     The open refuses, naming what it found, and changes nothing; with sarp.json back, the
     index opens whole."""
     path = tmp_path / "i"
-    build(path, 0, 6)
+    build(path, 0, 6, snapshots_at={3} if left == "snapshot" else ())
     saved = (path / "sarp.json").read_bytes()
     (path / "sarp.json").unlink()
     if left == "journal":  # journal 0 with records over an empty store
@@ -197,11 +197,12 @@ def test_no_index_is_created_over_one_that_lost_its_sarp_json(tmp_path, left):
         build(tmp_path / "empty", 0, 0)
         shutil.copytree(tmp_path / "empty" / "store", path / "store")
     files = {p.name: p.read_bytes() for p in path.iterdir() if p.is_file()}
-    says = "segments in store/" if left == "store" else "journal-0+.log with records"
+    says = {"store": "segments in store/", "journal": "journal-0+.log with records",
+            "snapshot": "journal-0+.log, journal-0+1.log, snapshot-0+1.snap"}[left]
     with pytest.raises(ValueError, match=f"holds {says} but no sarp.json: restore"):
         sarp.open(path, backend="wiredtiger", **CONFIG)
     assert {p.name: p.read_bytes() for p in path.iterdir() if p.is_file()} == files
-    if left == "store":
+    if left != "journal":
         (path / "sarp.json").write_bytes(saved)
         assert_all_match(path, 6)
 
