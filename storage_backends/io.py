@@ -409,6 +409,8 @@ class PowerLossIO(FileIO):
     ``reorder`` may still put back a prefix of the newest write, lost or not (harsher than
     Linux, never kinder). ``fail_dir_syncs(n)`` makes the next ``n`` directory syncs fail:
     their entries stay unsynced until a later directory sync succeeds.
+    Thread-safe: each operation, the crash included, runs whole under one lock, so a crash
+    from one thread falls between the writes and syncs of the others.
     """
 
     def __init__(self, seed: int = 0) -> None:
@@ -427,67 +429,79 @@ class PowerLossIO(FileIO):
         self._failing_syncs = 0
         self._failing_dir_syncs = 0
         self.dead = False
+        self._op_lock = threading.RLock()  # one operation at a time (FileIO's guards counters)
 
     def open(self, path: str | Path, direct: bool, create: bool = True, *,
              read_only: bool = False) -> File:
-        self._check()
-        p = _absolute(path)
-        created = create and not read_only and not p.exists()
-        f = super().open(path, direct, create, read_only=read_only)
-        self._files.append(f)
-        if created:
-            self._entries.append(("create", p, None, None))
-        return f
+        with self._op_lock:
+            self._check()
+            p = _absolute(path)
+            created = create and not read_only and not p.exists()
+            f = super().open(path, direct, create, read_only=read_only)
+            self._files.append(f)
+            if created:
+                self._entries.append(("create", p, None, None))
+            return f
+
+    def _close(self, f: File) -> None:
+        with self._op_lock:  # the crash closes every file, also one its owner is closing
+            super()._close(f)
 
     def _check(self) -> None:
         if self.dead:
             raise OSError(errno.EIO, "simulated power loss")
 
     def _pread(self, f: File, buf: Any, offset: int) -> int:
-        self._check()
-        return super()._pread(f, buf, offset)
+        with self._op_lock:
+            self._check()
+            return super()._pread(f, buf, offset)
 
     def _pwrite(self, f: File, buf: Any, offset: int) -> None:
-        self._check()
-        new = bytes(buf)
-        with open(f.path, "rb") as raw:
-            raw.seek(offset)
-            old = raw.read(len(new))
-        self._pending.append((_absolute(f.path), offset, new, old, f.size(), False))
-        super()._pwrite(f, buf, offset)
+        with self._op_lock:
+            self._check()
+            new = bytes(buf)
+            with open(f.path, "rb") as raw:
+                raw.seek(offset)
+                old = raw.read(len(new))
+            self._pending.append((_absolute(f.path), offset, new, old, f.size(), False))
+            super()._pwrite(f, buf, offset)
 
     def _truncate(self, f: File, size: int) -> None:
-        self._check()
-        old_size = f.size()
-        with open(f.path, "rb") as raw:
-            raw.seek(size)
-            old = raw.read()
-        self._pending.append((_absolute(f.path), size, b"", old, old_size, False))
-        super()._truncate(f, size)
+        with self._op_lock:
+            self._check()
+            old_size = f.size()
+            with open(f.path, "rb") as raw:
+                raw.seek(size)
+                old = raw.read()
+            self._pending.append((_absolute(f.path), size, b"", old, old_size, False))
+            super()._truncate(f, size)
 
     def make_dirs(self, path: str | Path) -> list[Path]:
-        self._check()
-        made = super().make_dirs(_absolute(path))
-        self._entries += [("mkdir", d, None, None) for d in reversed(made)]
-        return made
+        with self._op_lock:
+            self._check()
+            made = super().make_dirs(_absolute(path))
+            self._entries += [("mkdir", d, None, None) for d in reversed(made)]
+            return made
 
     def rename(self, src: str | Path, dst: str | Path) -> None:
-        self._check()
-        src, dst = _absolute(src), _absolute(dst)
-        if src.parent != dst.parent:
-            raise ValueError(f"PowerLossIO renames within one directory, got {src} -> {dst}")
-        replaced = self._forget(dst)
-        super().rename(src, dst)
-        self._pending = [(dst if w[0] == src else w[0], *w[1:]) for w in self._pending]
-        self._entries.append(("rename", dst, src, replaced))
+        with self._op_lock:
+            self._check()
+            src, dst = _absolute(src), _absolute(dst)
+            if src.parent != dst.parent:
+                raise ValueError(f"PowerLossIO renames within one directory, got {src} -> {dst}")
+            replaced = self._forget(dst)
+            super().rename(src, dst)
+            self._pending = [(dst if w[0] == src else w[0], *w[1:]) for w in self._pending]
+            self._entries.append(("rename", dst, src, replaced))
 
     def unlink(self, path: str | Path) -> None:
-        self._check()
-        p = _absolute(path)
-        removed = self._forget(p)
-        super().unlink(p)
-        if removed is not None:
-            self._entries.append(("unlink", p, None, removed))
+        with self._op_lock:
+            self._check()
+            p = _absolute(path)
+            removed = self._forget(p)
+            super().unlink(p)
+            if removed is not None:
+                self._entries.append(("unlink", p, None, removed))
 
     def _forget(self, path: Path) -> bytes | None:
         """The durable bytes of ``path`` (None if it does not exist), whose unsynced writes
@@ -502,25 +516,27 @@ class PowerLossIO(FileIO):
         return bytes(data)
 
     def _sync(self, f: File, data_only: bool) -> None:
-        self._check()
-        path = _absolute(f.path)
-        if self._failing_syncs:
-            self._failing_syncs -= 1
-            self._pending = [(*w[:5], w[5] or w[0] == path) for w in self._pending]
-            raise SyncFailedError(errno.EIO, f"simulated failed sync of {f.path.name}")
-        super()._sync(f, data_only)
-        self._pending = [w for i, w in enumerate(self._pending)
-                         if w[0] != path or w[5] and not self._truncated_after(i)]
+        with self._op_lock:
+            self._check()
+            path = _absolute(f.path)
+            if self._failing_syncs:
+                self._failing_syncs -= 1
+                self._pending = [(*w[:5], w[5] or w[0] == path) for w in self._pending]
+                raise SyncFailedError(errno.EIO, f"simulated failed sync of {f.path.name}")
+            super()._sync(f, data_only)
+            self._pending = [w for i, w in enumerate(self._pending)
+                             if w[0] != path or w[5] and not self._truncated_after(i)]
 
     def fsync_dir(self, path: str | Path) -> None:
-        self._check()
-        if self._failing_dir_syncs:
-            self._failing_dir_syncs -= 1
-            raise SyncFailedError(errno.EIO,
-                                  f"simulated failed sync of directory {Path(path).name}")
-        super().fsync_dir(path)
-        d = _absolute(path)
-        self._entries = [e for e in self._entries if e[1].parent != d]
+        with self._op_lock:
+            self._check()
+            if self._failing_dir_syncs:
+                self._failing_dir_syncs -= 1
+                raise SyncFailedError(errno.EIO,
+                                      f"simulated failed sync of directory {Path(path).name}")
+            super().fsync_dir(path)
+            d = _absolute(path)
+            self._entries = [e for e in self._entries if e[1].parent != d]
 
     def _truncated_after(self, i: int) -> bool:
         """Whether a truncation of its file, made after the lost write ``i``, took off all of
@@ -541,38 +557,39 @@ class PowerLossIO(FileIO):
         keeps the writes but tears the newest one; ``reorder`` loses them all but a prefix of
         the newest, as a device that wrote them out of order. ``tear`` and ``reorder`` keep
         a random prefix of the unsynced entries."""
-        if mode not in ("drop", "tear", "reorder"):
-            raise ValueError(f"mode must be 'drop', 'tear' or 'reorder', got {mode!r}")
-        undo = self._pending[-1:] if mode == "tear" else self._pending
-        images: dict[Path, bytearray] = {}
-        for w in reversed(undo):
-            if w[0].exists():  # else deleted since: nothing of it survives in any case
-                _undo_write(images.setdefault(w[0], bytearray(w[0].read_bytes())), *w[1:])
-        if mode != "drop" and undo and undo[-1][2] and undo[-1][0].exists():
-            path, offset, new = undo[-1][:3]
-            whole = mode == "reorder"  # tear: short of the end; reorder: maybe all of it
-            cut = self._rng.randrange(max(1, len(new) // SECTOR + whole)) * SECTOR
-            data = images.setdefault(path, bytearray(path.read_bytes()))
-            data.extend(bytes(max(0, offset - len(data))))
-            data[offset:offset + cut] = new[:cut]
-        for path, data in images.items():
-            path.write_bytes(data)
-        kept = 0 if mode == "drop" else self._rng.randrange(len(self._entries) + 1)
-        for what, path, src, saved in reversed(self._entries[kept:]):
-            if what == "create":
-                path.unlink(missing_ok=True)
-                continue
-            if what == "mkdir":
-                shutil.rmtree(path, ignore_errors=True)
-                continue
-            if what == "rename" and src is not None and path.exists():
-                os.replace(path, src)
-            if saved is not None:
-                path.write_bytes(saved)
-        self._pending, self._entries = [], []
-        for f in self._files:
-            f.close()
-        self.dead = True
+        with self._op_lock:
+            if mode not in ("drop", "tear", "reorder"):
+                raise ValueError(f"mode must be 'drop', 'tear' or 'reorder', got {mode!r}")
+            undo = self._pending[-1:] if mode == "tear" else self._pending
+            images: dict[Path, bytearray] = {}
+            for w in reversed(undo):
+                if w[0].exists():  # else deleted since: nothing of it survives in any case
+                    _undo_write(images.setdefault(w[0], bytearray(w[0].read_bytes())), *w[1:])
+            if mode != "drop" and undo and undo[-1][2] and undo[-1][0].exists():
+                path, offset, new = undo[-1][:3]
+                whole = mode == "reorder"  # tear: short of the end; reorder: maybe all of it
+                cut = self._rng.randrange(max(1, len(new) // SECTOR + whole)) * SECTOR
+                data = images.setdefault(path, bytearray(path.read_bytes()))
+                data.extend(bytes(max(0, offset - len(data))))
+                data[offset:offset + cut] = new[:cut]
+            for path, data in images.items():
+                path.write_bytes(data)
+            kept = 0 if mode == "drop" else self._rng.randrange(len(self._entries) + 1)
+            for what, path, src, saved in reversed(self._entries[kept:]):
+                if what == "create":
+                    path.unlink(missing_ok=True)
+                    continue
+                if what == "mkdir":
+                    shutil.rmtree(path, ignore_errors=True)
+                    continue
+                if what == "rename" and src is not None and path.exists():
+                    os.replace(path, src)
+                if saved is not None:
+                    path.write_bytes(saved)
+            self._pending, self._entries = [], []
+            for f in self._files:
+                f.close()
+            self.dead = True
 
     def unsynced_writes(self) -> int:
         """How many writes a crash would undo now."""

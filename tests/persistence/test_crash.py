@@ -1,6 +1,7 @@
 """Index crash tests: SIGKILL a writer at random moments (snapshot publication included),
 reopen, and check every acknowledged sequence, that nothing never inserted comes back, and
-that new inserts work."""
+that new inserts work. The writer is one thread on a fixed configuration, or request threads
+on a configuration and workload that a seed draws (``thread_writer``)."""
 
 from __future__ import annotations
 
@@ -11,16 +12,55 @@ import sys
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import sarp
 from tests.backends.conftest import kind_params
 
-from . import crash_writer
+from . import crash_writer, thread_writer
+from .power import assert_requests_after_crash
 from .workload import CONFIG, assert_holds, check_match, metadata, sequence
 
 WRITER = Path(crash_writer.__file__)
+THREAD_WRITER = Path(thread_writer.__file__)
 DURABLE = [k for k in kind_params(persistent_only=True)]
+
+
+def kill_writer(args: list[str], rng: random.Random, log: Path,
+                wanted: int) -> tuple[set[int], set[int]]:
+    """Run the writer subprocess ``args`` (it prints ``begin i`` and ``ack i``, and ``done``
+    when it has no more to write) and SIGKILL it after ``wanted`` acks, at a begin or at
+    random after one; returns the sequences begun and those acknowledged, the lines it
+    wrote after the one the kill followed included."""
+    with open(log, "w") as err:
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, text=True)
+    watchdog = threading.Timer(120, proc.kill)
+    watchdog.start()
+    begun: set[int] = set()
+    acked: set[int] = set()
+
+    def note(line: str) -> str:
+        word, *i = line.split()
+        if word != "done":
+            (begun if word == "begin" else acked).add(int(i[0]))
+        return word
+
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            word = note(line)
+            if word == "done" or (len(acked) >= wanted
+                                  and (word == "begin" or rng.random() < 0.5)):
+                break
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        for line in proc.stdout:  # written before the kill, not yet read
+            note(line)
+    finally:
+        watchdog.cancel()
+    assert proc.returncode == -signal.SIGKILL, log.read_text()
+    return begun, acked
 
 
 def run_until_killed(backend: str, path: Path, durability: str, first: int, rng: random.Random,
@@ -29,27 +69,9 @@ def run_until_killed(backend: str, path: Path, durability: str, first: int, rng:
     mid-insert; returns the last acknowledged sequence (first - 1 if none)."""
     wanted = rng.randint(1, 25)
     every = rng.choice([2, 3, 5])  # frequent snapshots: kills land during publication too
-    with open(log, "w") as err:
-        proc = subprocess.Popen(
-            [sys.executable, str(WRITER), backend, str(path), durability, str(first), str(every)],
-            stdout=subprocess.PIPE, stderr=err, text=True)
-    watchdog = threading.Timer(120, proc.kill)
-    watchdog.start()
-    last_ack, acks = first - 1, 0
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            word, i = line.split()
-            if word == "ack":
-                last_ack, acks = int(i), acks + 1
-            if acks >= wanted and (word == "begin" or rng.random() < 0.5):
-                break
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    finally:
-        watchdog.cancel()
-    assert proc.returncode == -signal.SIGKILL, log.read_text()
-    return last_ack
+    _, acked = kill_writer([sys.executable, str(WRITER), backend, str(path), durability,
+                            str(first), str(every)], rng, log, wanted)
+    return max(acked, default=first - 1)
 
 
 def crash_trial(tmp_path: Path, backend: str, durability: str, seed: int) -> None:
@@ -88,3 +110,35 @@ def test_crash_group(tmp_path, backend):
 @pytest.mark.parametrize("trial", range(30))
 def test_crash_sync_slow(tmp_path, backend, trial):
     crash_trial(tmp_path, backend, "sync", 1000 + trial)
+
+
+def thread_trial(tmp_path: Path, seed: int) -> None:
+    """Kill the threaded writer of ``seed``, reopen and check every request
+    (``assert_requests_after_crash``); insert after the recovery, and check all again after
+    the next."""
+    rng = random.Random(seed)
+    path = tmp_path / "index"
+    options, _, requests = thread_writer.draw(seed)
+    begun, acked = kill_writer([sys.executable, str(THREAD_WRITER), str(seed), str(path)], rng,
+                               tmp_path / "writer.log", rng.randint(1, 200))
+    new = np.array([1 << 62, 1 << 61], dtype=np.uint64)
+    for reopen in range(2):
+        with sarp.open(path, **options) as index:
+            assert not index.recovery["faults"]
+            assert_requests_after_crash(index, requests, begun, acked,
+                                        f"seed {seed}, reopen {reopen}")
+            if reopen:
+                assert index.match(block_ids=new).num_blocks == 2
+            else:
+                index.insert(block_ids=new)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_crash_of_request_threads(tmp_path, seed):
+    thread_trial(tmp_path, seed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(3, 60))
+def test_crash_of_request_threads_over_many_seeds(tmp_path, seed):
+    thread_trial(tmp_path, seed)

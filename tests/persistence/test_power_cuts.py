@@ -8,12 +8,14 @@ followed by reopens without a restart, also after a failed sync
 again at each reopen. A power cut (drop, tear or reorder) ends it: it undoes the writes and
 the directory entries no sync made durable. The index must then open, and every insert that
 its mode acknowledged must match whole: under ``sync`` on return, under ``group`` and
-``none`` once a later ``flush()`` or ``snapshot()`` returned.
+``none`` once a later ``flush()`` or ``snapshot()`` returned. Other seeds cut the power under
+request threads (``_thread_session``).
 """
 
 from __future__ import annotations
 
 import random
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +23,11 @@ import numpy as np
 import pytest
 
 import sarp
-from sarp.errors import SyncFailedError, WritesStoppedError
+from sarp.errors import SarpError, SyncFailedError, WritesStoppedError
 from storage_backends.io import PowerLossIO
 
-from ..index.helpers import random_config
-from .power import killed, open_through
+from ..index.helpers import metadata_for, random_config, random_workload
+from .power import assert_requests_after_crash, killed, open_through
 from .workload import CONFIG, check_match, full_blocks, insert, metadata
 
 MODES = ("sync", "group", "none")
@@ -122,3 +124,76 @@ def test_a_power_cut_loses_no_acknowledged_insert_under_random_configurations(
     block size is kept."""
     config = random_config(np.random.default_rng(10_000 + seed), bounded=seed % 3 == 0)
     _check(tmp_path, seed, bool(seed % 2), {**config, "block_size": CONFIG["block_size"]})
+
+
+def _thread_session(path: Path, seed: int) -> tuple[str, list[np.ndarray], set[int], set[int]]:
+    """2 to 4 request threads insert a workload with heavy sharing on an index of a random
+    configuration (odirect or flashlog, through ``PowerLossIO``, with or without the
+    background worker and periodic snapshots); after a random number of acknowledgements the
+    power is cut under them. Returns the store kind, the requests' block IDs, and the
+    requests begun and acknowledged (under ``sync`` on return, under ``group`` once the
+    ``flush()`` after them returned)."""
+    rng = np.random.default_rng(seed)
+    config = random_config(rng, bounded=False)
+    kind = str(rng.choice(["odirect", "flashlog"]))
+    mode = str(rng.choice(["sync", "group"]))
+    threads = int(rng.integers(2, 5))
+    requests = [sarp.block_ids(full, config["block_size"])
+                for _, full in random_workload(rng, 200)]
+    cut_after = int(rng.integers(1, 150))
+    io = PowerLossIO(seed)
+    index = open_through(io, path, kind, durability=mode, background=bool(rng.random() < 0.5),
+                         snapshot_every_inserts=int(rng.choice([0, 3, 7])), **config)
+    begun: set[int] = set()
+    acked: set[int] = set()
+    lock = threading.Lock()
+    due = threading.Event()
+    failures: list[BaseException] = []
+
+    def work(t: int) -> None:
+        for i in range(t, len(requests), threads):
+            with lock:
+                begun.add(i)
+            try:
+                index.insert(block_ids=requests[i], metadata=metadata_for(requests[i], i))
+                if mode == "group":
+                    index.flush()
+            except (OSError, SarpError):  # the power is gone
+                return
+            except BaseException as exc:  # anything else fails the test
+                failures.append(exc)
+                return
+            with lock:
+                acked.add(i)
+                if len(acked) >= cut_after:
+                    due.set()
+        due.set()
+
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    due.wait(120)
+    io.crash(str(rng.choice(["drop", "tear", "reorder"])))
+    for w in workers:
+        w.join(120)
+    assert not failures, failures
+    return kind, requests, begun, acked
+
+
+def _check_threads(tmp_path: Path, seed: int) -> None:
+    path = tmp_path / "i"
+    kind, requests, begun, acked = _thread_session(path, seed)
+    with sarp.open(path, backend=kind, direct_io=False, snapshot_on_close=False) as index:
+        assert_requests_after_crash(index, requests, begun, acked, f"seed {seed} ({kind})")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_power_cut_under_request_threads_loses_no_acknowledged_insert(tmp_path: Path,
+                                                                        seed: int) -> None:
+    _check_threads(tmp_path, seed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(4, 150))
+def test_a_power_cut_under_request_threads_over_many_seeds(tmp_path: Path, seed: int) -> None:
+    _check_threads(tmp_path, seed)
