@@ -587,9 +587,9 @@ class PowerLossIO(FileIO):
                 if saved is not None:
                     path.write_bytes(saved)
             self._pending, self._entries = [], []
+            self.dead = True  # before the closes: a thread that finds its file closed sees it
             for f in self._files:
                 f.close()
-            self.dead = True
 
     def unsynced_writes(self) -> int:
         """How many writes a crash would undo now."""

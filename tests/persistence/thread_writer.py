@@ -5,14 +5,17 @@ The seed draws a configuration, a backend, a durability mode, the background wor
 snapshots, 2 to 4 threads and the workload (``draw``). Thread t inserts requests t, t + T, ...
 It prints ``begin i`` before insert i and ``ack i`` once it is acknowledged (on return under
 ``sync``; under ``group``, once the ``flush()`` that follows it returns), then ``done`` when
-every request is, and runs until killed.
+every request is, and runs until killed. An insert that raises ends the process at once,
+with its traceback on stderr.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -50,13 +53,18 @@ def main() -> None:
             print(line, flush=True)
 
     def work(t: int) -> None:
-        for i in range(t, len(requests), threads):
-            ids = requests[i]
-            say(f"begin {i}")
-            index.insert(block_ids=ids, metadata=metadata_for(ids, i))
-            if options["durability"] == "group":
-                index.flush()
-            say(f"ack {i}")
+        try:
+            for i in range(t, len(requests), threads):
+                ids = requests[i]
+                say(f"begin {i}")
+                index.insert(block_ids=ids, metadata=metadata_for(ids, i))
+                if options["durability"] == "group":
+                    index.flush()
+                say(f"ack {i}")
+        except BaseException:  # the test sees an exit other than its kill, and this log
+            traceback.print_exc()
+            sys.stderr.flush()
+            os._exit(1)
 
     workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
     for w in workers:
