@@ -447,23 +447,22 @@ class ODirectStore(RecordStore):
 
     def _value(self, slot: int, key: int) -> bytes | None:
         """The live value of ``key`` at ``slot``: one read of the newest copy. If that copy
-        fails its checks, or reads as empty, both copies are read: a slot never written is
-        empty in both, with bit 0; else the read is repeated with writers held off (a write
-        running now may tear the copy it rewrites, or flip the bit) and served by
-        ``_served``."""
+        fails its checks, or reads as empty, both copies are read and served by ``_served``;
+        if that finds them damaged, they are read again with writers held off (a write
+        running now may tear the copy it rewrites, or flip the bit), and served or raised."""
         buf = self._read_buffer()
         self._read(buf, slot, self._newest_copy(slot))
         state, _, flags, found, n = self._parse(buf, 0, slot)
         start = _VERSION.size
         if state != VALID:
-            self._read_copies(buf, slot)
             offsets = (0, self._vbytes)
-            if self._parse(buf, 0, slot)[0] == self._parse(buf, self._vbytes, slot)[0] == EMPTY \
-                    and not self._newest_copy(slot):
-                return None
-            with self._lock:
-                self._read_copies(buf, slot)
+            self._read_copies(buf, slot)
+            try:
                 copy, flags, found, n = self._served(buf, offsets, slot)
+            except CorruptionError:
+                with self._lock:
+                    self._read_copies(buf, slot)
+                    copy, flags, found, n = self._served(buf, offsets, slot)
             if copy < 0:
                 return None
             start += offsets[copy]
