@@ -26,7 +26,8 @@ import sarp
 from sarp.errors import SarpError, SyncFailedError, WritesStoppedError
 from storage_backends.io import PowerLossIO
 
-from ..index.helpers import metadata_for, random_config, random_workload
+from ..index.helpers import metadata_for, random_config
+from . import thread_writer
 from .power import assert_requests_after_crash, killed, open_through
 from .workload import CONFIG, check_match, full_blocks, insert, metadata
 
@@ -129,21 +130,17 @@ def test_a_power_cut_loses_no_acknowledged_insert_under_random_configurations(
 def _thread_session(path: Path, seed: int) -> tuple[str, list[np.ndarray], set[int], set[int]]:
     """2 to 4 request threads insert a workload with heavy sharing on an index of a random
     configuration (odirect or flashlog, through ``PowerLossIO``, with or without the
-    background worker and periodic snapshots); after a random number of acknowledgements the
+    background worker and periodic snapshots: ``thread_writer.draw``, as the threaded kill
+    test); after a random number of acknowledgements the
     power is cut under them. Returns the store kind, the requests' block IDs, and the
     requests begun and acknowledged (under ``sync`` on return, under ``group`` once the
     ``flush()`` after them returned)."""
-    rng = np.random.default_rng(seed)
-    config = random_config(rng, bounded=False)
-    kind = str(rng.choice(["odirect", "flashlog"]))
-    mode = str(rng.choice(["sync", "group"]))
-    threads = int(rng.integers(2, 5))
-    requests = [sarp.block_ids(full, config["block_size"])
-                for _, full in random_workload(rng, 200)]
-    cut_after = int(rng.integers(1, 150))
+    options, threads, requests = thread_writer.draw(seed, ("odirect", "flashlog"), 200)
+    kind, mode = options.pop("backend"), options["durability"]
+    rng = random.Random(seed)
+    cut_after = rng.randint(1, 149)
     io = PowerLossIO(seed)
-    index = open_through(io, path, kind, durability=mode, background=bool(rng.random() < 0.5),
-                         snapshot_every_inserts=int(rng.choice([0, 3, 7])), **config)
+    index = open_through(io, path, kind, **options)
     begun: set[int] = set()
     acked: set[int] = set()
     lock = threading.Lock()
@@ -172,7 +169,7 @@ def _thread_session(path: Path, seed: int) -> tuple[str, list[np.ndarray], set[i
     for w in workers:
         w.start()
     due.wait(120)
-    io.crash(str(rng.choice(["drop", "tear", "reorder"])))
+    io.crash(rng.choice(["drop", "tear", "reorder"]))
     for w in workers:
         w.join(120)
     assert not failures, failures

@@ -27,18 +27,21 @@ import sarp  # noqa: E402
 from tests.index.helpers import metadata_for, random_config, random_workload  # noqa: E402
 
 
-def draw(seed: int) -> tuple[dict[str, Any], int, list[np.ndarray]]:
-    """(options of ``sarp.open``, threads, the block IDs of each request) of ``seed``."""
+def draw(seed: int, backends: tuple[str, ...] = ("odirect", "flashlog", "wiredtiger", "rocksdb"),
+         count: int = 300) -> tuple[dict[str, Any], int, list[np.ndarray]]:
+    """(options of ``sarp.open``, threads, the block IDs of each of ``count`` requests) of
+    ``seed``, on one of ``backends``; the power-cut threads (``test_power_cuts``) draw theirs
+    here too."""
     rng = np.random.default_rng(seed)
     cfg = random_config(rng, bounded=False)
-    options = dict(backend=str(rng.choice(["odirect", "flashlog", "wiredtiger", "rocksdb"])),
+    options = dict(backend=str(rng.choice(backends)),
                    durability=str(rng.choice(["sync", "group"])),
                    background=bool(rng.random() < 0.5),
                    snapshot_every_inserts=int(rng.choice([0, 3, 7])),
                    memory_budget=8 << 20, **cfg)
     threads = int(rng.integers(2, 5))
     requests = [sarp.block_ids(full, cfg["block_size"])
-                for _, full in random_workload(rng, 300)]
+                for _, full in random_workload(rng, count)]
     return options, threads, requests
 
 
