@@ -64,6 +64,16 @@ def _read_from_start(f: File, view: memoryview, size: int) -> int:
     return min(n, size)
 
 
+def _read_open(f: File, limit: int | None) -> bytearray:
+    """All bytes of the open file ``f``, or its first ``limit`` (buffered reads)."""
+    size = f.size()
+    data = bytearray(size if limit is None else min(size, limit))
+    with memoryview(data) as view:
+        n = _read_from_start(f, view, len(data))
+    del data[n:]
+    return data
+
+
 class File:
     """One open file of a ``FileIO``; offsets and lengths must be block multiples with O_DIRECT."""
 
@@ -161,14 +171,9 @@ class FileIO:
         superblocks, WAL files, file headers)."""
         f = self.open(path, direct=False, read_only=True)
         try:
-            size = f.size()
-            data = bytearray(size if limit is None else min(size, limit))
-            with memoryview(data) as view:
-                n = _read_from_start(f, view, len(data))
-            del data[n:]
+            return _read_open(f, limit)
         finally:
             f.close()
-        return data
 
     def _warn_fallback(self, path: Path) -> None:
         self.direct_fallbacks += 1
@@ -252,10 +257,11 @@ class FileIO:
         f = self.open(marker, direct=False, create=False)
         try:
             self._sync(f, data_only=False)
+            text = bytes(_read_open(f, None)).decode("utf-8", "replace")
         finally:
             f.close()
         self.fsync_dir(d)
-        names = set(bytes(self.read_whole(marker)).decode("utf-8", "replace").split("\n"))
+        names = set(text.split("\n"))
         files = [d / n for n in sorted(names) if n and n == Path(n).name
                  and n not in (LOCK_FILE, SYNC_FAILED_FILE, ".", "..") and (d / n).is_file()]
         for p in files:
