@@ -9,6 +9,8 @@ and reopened; the reopen's recovery report is the row.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -17,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from sarp.bench.designs import DESIGNS, Setup
+from sarp.bench.designs import DESIGNS, Design, Setup
 from sarp.bench.disk import drop_page_cache, sequential_read
 from sarp.bench.metrics import RECOVERY_STAGES
 from sarp.bench.progress import Progress
@@ -39,7 +41,15 @@ NOTES = ("Recovery: from opening the persisted index (SARP: sarp.open of a snaps
          "first_insert_s: the first insert after one more reopen (one fresh sequence; after "
          "the timed ones, so that each of those recovers the same index), which pays "
          "any work a design defers past recovery (SARP: moving the posting lists it adopted "
-         "from the snapshot into growable arrays).")
+         "from the snapshot into growable arrays).",
+         "crash_*: SARP reopened after a crash. A child process reopens the index, inserts "
+         "fresh sequences (whole copies of the workload, 1% of the index's blocks or more) "
+         "after its last snapshot, flushes them and ends without closing, as a kill -9 "
+         "would; each of --repeat copies of what it left is reopened from the disk. The "
+         "reopen replays the journal and the store recovers its unclean state.")
+#: the inserts after the last snapshot that a crash leaves to the journal, as a share of the
+#: index's blocks
+CRASH_TAIL = 0.01
 
 
 def mix(ids: np.ndarray, copy: int) -> np.ndarray:
@@ -107,25 +117,74 @@ def _index_row(name: str, backend: str, blocks: int, copies: int, base: list[np.
         snap = index.snapshot()
     finally:
         index.close()
-    reports = []
-    for _ in range(repeat):  # each reopen recovers the index as built: none inserts
-        drop_page_cache(path)
-        with design.open(path, setup) as reopened:
-            reports.append(dict(reopened.recovery))
-    reports.sort(key=lambda r: r["total_s"] if "total_s" in r else r["seconds"])
-    rec = reports[len(reports) // 2]
+    rec = _median_reopen(design, path, setup, repeat)  # none inserts: each recovers the same
     drop_page_cache(path)
     with design.open(path, setup) as reopened:  # one more, for the first insert after it
         fresh = mix(base[0], copies)  # IDs no copy uses
         t1 = time.perf_counter()
         reopened.insert(block_ids=fresh, metadata=block_metadata(fresh))
         rec["first_insert_s"] = time.perf_counter() - t1
+    crash = _crash_reopens(path, setup, base, copies, repeat) if name == "sarp" else {}
     shutil.rmtree(path, ignore_errors=True)
     row = {"blocks": blocks, "design": name, "backend": store if design.ssd else "dram",
            "recovery_s": rec.get("total_s", rec.get("seconds")), "build_s": build_s,
            "snapshot_bytes": snap.get("bytes", snap.get("bytes_written"))}
     row.update({k: rec.get(k) for k in (*RECOVERY_STAGES, "first_insert_s")})
+    row.update(crash)
     return row
+
+
+def _median_reopen(design: Design, path: Path, setup: Setup, repeat: int,
+                   copy_of: Path | None = None) -> dict[str, Any]:
+    """The recovery report of the reopen with the median time among ``repeat`` reopens of
+    ``path``, each with its files dropped from the page cache. With ``copy_of``, each reopens
+    a new copy of that directory made at ``path`` (a crashed index recovers only once), and
+    ``path`` is removed after."""
+    reports = []
+    for _ in range(repeat):
+        if copy_of is not None:
+            shutil.rmtree(path, ignore_errors=True)
+            shutil.copytree(copy_of, path)
+        drop_page_cache(path)
+        with design.open(path, setup) as reopened:
+            reports.append(dict(reopened.recovery))
+    if copy_of is not None:
+        shutil.rmtree(path)
+    reports.sort(key=lambda r: r["total_s"] if "total_s" in r else r["seconds"])
+    return reports[len(reports) // 2]
+
+
+def _crash_reopens(path: Path, setup: Setup, base: list[np.ndarray], copies: int,
+                   repeat: int) -> dict[str, Any]:
+    """SARP's recovery after a crash: a child process inserts a journal tail after the index's
+    last snapshot and ends without closing (``_insert_and_die``); ``repeat`` copies of what it
+    left are reopened, each from the disk. The fields of the reopen with the median time."""
+    tail = max(1, round(copies * CRASH_TAIL))
+    child = multiprocessing.get_context("spawn").Process(
+        target=_insert_and_die, args=(str(path), setup, base, copies + 1, tail))
+    child.start()
+    child.join()
+    if child.exitcode != 0:
+        raise RuntimeError(f"the crash child for {path} exited with {child.exitcode}")
+    rec = _median_reopen(DESIGNS["sarp"], path.with_name(path.name + "-crashed"), setup, repeat,
+                         copy_of=path)
+    return {"crash_recovery_s": rec["total_s"], "crash_store_open_s": rec["store_open_s"],
+            "crash_journal_replay_s": rec["journal_replay_s"],
+            "crash_journal_records": rec["journal_records"]}
+
+
+def _insert_and_die(path: str, setup: Setup, base: list[np.ndarray], first_copy: int,
+                    copies: int) -> None:
+    """In a child process: reopen the SARP index at ``path``, insert ``copies`` copies of
+    ``base`` from copy ``first_copy`` on (IDs no other copy uses), flush, and end the process
+    without closing the index, as a kill -9 after the flush would."""
+    index = DESIGNS["sarp"].open(Path(path), setup)
+    for c in range(first_copy, first_copy + copies):
+        for seq in base:
+            fresh = mix(seq, c)
+            index.insert(block_ids=fresh, metadata=block_metadata(fresh))
+    index.flush()
+    os._exit(0)
 
 
 def _redis_row(blocks: int, copies: int, base: list[np.ndarray], work: Path) -> dict[str, Any]:
