@@ -9,6 +9,7 @@ and reopened; the reopen's recovery report is the row.
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import shutil
@@ -159,7 +160,7 @@ def _crash_reopens(path: Path, setup: Setup, base: list[np.ndarray], copies: int
     """SARP's recovery after a crash: a child process inserts a journal tail after the index's
     last snapshot and ends without closing (``_insert_and_die``); ``repeat`` copies of what it
     left are reopened, each from the disk. The fields of the reopen with the median time."""
-    tail = max(1, round(copies * CRASH_TAIL))
+    tail = max(1, math.ceil(copies * CRASH_TAIL))
     child = multiprocessing.get_context("spawn").Process(
         target=_insert_and_die, args=(str(path), setup, base, copies + 1, tail))
     child.start()
