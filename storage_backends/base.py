@@ -49,6 +49,10 @@ def check_keys(keys: object) -> list[int]:
     return [check_key(k, "keys") for k in check_iterable(keys, "keys", "an iterable of integers")]
 
 
+#: what a put takes as a value; it is stored, and read back, as bytes
+Value = bytes | bytearray | memoryview
+
+
 def check_pairs(pairs: object) -> list[tuple[int, bytes]]:
     """``pairs`` (an iterable of (key, value) pairs) as a list of checked pairs."""
     out = []
@@ -158,11 +162,11 @@ class RecordStore(ABC):
              "syncs"), 0)
 
     # -- the public interface -------------------------------------------------------------
-    def put(self, key: int, value: bytes) -> None:
+    def put(self, key: int, value: Value) -> None:
         """Store ``value`` under ``key``, replacing any previous value."""
         self.put_many([(key, value)])
 
-    def put_many(self, pairs: Iterable[tuple[int, bytes]]) -> None:
+    def put_many(self, pairs: Iterable[tuple[int, Value]]) -> None:
         """Store several records as one batch (atomic where the engine supports it)."""
         checked = check_pairs(pairs)
         if not checked:

@@ -1,5 +1,6 @@
 """The code checks the project holds itself to, run with the tests so that CI enforces them:
-ruff (lint) and mypy (types, configured in pyproject.toml), both on the whole package."""
+ruff (lint) on everything, and mypy (types, configured in pyproject.toml) on the package and
+the tests."""
 
 from __future__ import annotations
 

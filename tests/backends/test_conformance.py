@@ -310,9 +310,9 @@ def test_key_out_of_range(store: RecordStore, bad: int) -> None:
 
 
 @pytest.mark.parametrize("bad", ["1", 1.0, True, None, b"\x01"])
-def test_key_not_an_integer(store: RecordStore, bad: object) -> None:
-    for call in (lambda: store.put(bad, b"x"), lambda: store.get(bad),  # type: ignore[arg-type]
-                 lambda: store.get_many([bad]), lambda: store.delete(bad)):  # type: ignore[list-item]
+def test_key_not_an_integer(store: RecordStore, bad: Any) -> None:
+    for call in (lambda: store.put(bad, b"x"), lambda: store.get(bad),
+                 lambda: store.get_many([bad]), lambda: store.delete(bad)):
         with pytest.raises(TypeError):
             call()
 
@@ -423,10 +423,11 @@ def test_an_integer_option_is_used_as_the_int_it_was_checked_as(kind: str, open_
     """A numpy integer or an object with ``__index__`` passes the check, and the store then
     uses the checked int (not the object, which numpy arithmetic could overflow)."""
     options: dict[str, Any] = {"memory_budget": _Index(BUDGET)}
-    options.update({"flashlog": {"instances": np.uint16(2)},
-                    "odirect": {"max_value_size": np.int32(8000)},
-                    "wiredtiger": {"checkpoint_seconds": _Index(30),
-                                   "leaf_page_kb": np.int64(32)}}.get(kind, {}))
+    per_kind: dict[str, dict[str, Any]] = {
+        "flashlog": {"instances": np.uint16(2)},
+        "odirect": {"max_value_size": np.int32(8000)},
+        "wiredtiger": {"checkpoint_seconds": _Index(30), "leaf_page_kb": np.int64(32)}}
+    options.update(per_kind.get(kind, {}))
     with open_kind(kind, tmp_path / "s", **options) as s:
         assert type(s.memory_budget) is int and s.memory_budget == BUDGET
         s.put(3, b"x" * 5000)
@@ -533,7 +534,7 @@ def test_failed_close_still_releases_the_store(kind: str, open_kind: Any,
         engine_close()
         raise OSError("close failed")
 
-    store._close = failing  # type: ignore[method-assign]
+    store._close = failing
     with pytest.raises(OSError, match="close failed"):
         store.close()
     assert store.closed
@@ -562,7 +563,7 @@ def test_close_waits_for_a_scan_being_started(kind: str, open_kind: Any, tmp_pat
         events.append("close")
         engine_close()
 
-    store._scan, store._close = slow_scan, close  # type: ignore[method-assign]
+    store._scan, store._close = slow_scan, close
     errors: list[BaseException] = []
 
     def scan() -> None:

@@ -130,14 +130,14 @@ class _FullDisk(FileIO):
     keep: tuple[str, ...] = ()
     failed: list[str]
 
-    def _pwrite(self, f, buf, offset):  # type: ignore[no-untyped-def]
+    def _pwrite(self, f, buf, offset):
         if self.armed and f.path.name == "MANIFEST.tmp":
             self.armed = False
             self.failed.append("MANIFEST")
             raise OSError(errno.ENOSPC, "No space left on device")
         super()._pwrite(f, buf, offset)
 
-    def unlink(self, p):  # type: ignore[no-untyped-def]
+    def unlink(self, p):
         if Path(p).name not in self.keep:
             super().unlink(p)
 
@@ -231,7 +231,7 @@ def test_a_compaction_whose_manifest_directory_sync_fails_stops_writes(
         armed = False
         fail_next = False
 
-        def rename(self, src, dst):  # type: ignore[no-untyped-def]
+        def rename(self, src, dst):
             super().rename(src, dst)
             self.fail_next = self.armed and Path(dst).name == "MANIFEST"
 
@@ -243,7 +243,7 @@ def test_a_compaction_whose_manifest_directory_sync_fails_stops_writes(
             raise OSError(errno.EIO, "Input/output error")
         real_fsync(fd)
 
-    def open_dir(p, flags, *args):  # type: ignore[no-untyped-def]
+    def open_dir(p, flags, *args):
         if io.fail_next and Path(p).is_dir():
             io.armed = io.fail_next = False
             raise OSError(errno.EMFILE, "Too many open files")
@@ -293,7 +293,7 @@ def test_wal_blocks_written_behind_and_lost_out_of_order_are_a_torn_tail(
     class CutAtWalSync(PowerLossIO):
         armed = False
 
-        def _sync(self, f, data_only):  # type: ignore[no-untyped-def]
+        def _sync(self, f, data_only):
             if self.armed and f.path.name.startswith("wal."):
                 self.crash("reorder")
                 raise OSError(errno.EIO, "power cut (simulated)")
@@ -425,7 +425,7 @@ def test_a_creation_cut_short_is_started_again(cut_at: str, entries_synced: bool
     from storage_backends.io import PowerLossIO
 
     class CutAt(PowerLossIO):
-        def open(self, p, direct, create=True, *, read_only=False):  # type: ignore[no-untyped-def]
+        def open(self, p, direct, create=True, *, read_only=False):
             if Path(p).name == cut_at:
                 if entries_synced:
                     self.fsync_dir(Path(p).parent)

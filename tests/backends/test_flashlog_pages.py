@@ -59,7 +59,7 @@ def test_straddling_sizes_mixed_in_one_page_survive_reopen(tmp_path: Path) -> No
         s.delete(next(iter(values)))  # a tombstone among them
         gone = next(iter(values))
         del values[gone]
-        s._flush_instance(0)  # type: ignore[attr-defined]  # the buffer as one page, now
+        s._flush_instance(0)  # the buffer as one page, now
         assert s.get_many(list(values)) == list(values.values())
         assert s.get(gone) is None
     pages = _pages(path)
@@ -87,7 +87,7 @@ def test_large_values_share_pages_and_read_few_blocks(size: int, tmp_path: Path)
         for i in range(0, len(items), 100):
             s.put_many(items[i:i + 100])
         for inst in range(4):
-            s._flush_instance(inst)  # type: ignore[attr-defined]
+            s._flush_instance(inst)
     with _open(path, io=io, memory_budget=8 << 20) as s:
         st = s.stats()
         assert st["buffered_records"] == 0
@@ -160,7 +160,7 @@ def test_flipped_byte_in_a_continuation_block_is_detected(tmp_path: Path) -> Non
 def test_oversized_value_is_refused_before_the_wal(tmp_path: Path) -> None:
     path = tmp_path / "s"
     with _open(path) as s:
-        limit = s._log.max_record - REC.size  # type: ignore[attr-defined]
+        limit = s._log.max_record - REC.size
         with pytest.raises(ValueError):
             s.put_many([(1, b"x"), (2, bytes(limit + 1))])
         s.put(3, b"y")

@@ -8,6 +8,7 @@ import errno
 import fcntl
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -64,7 +65,12 @@ def test_read_private_reads_the_file_into_a_buffer_of_its_own(tmp_path: Path, si
     path.write_bytes(data)
     opened = []
     real_open = io.open
-    io.open = lambda *a, **k: (opened.append(k), real_open(*a, **k))[1]
+
+    def recording_open(*a: Any, **k: Any) -> Any:
+        opened.append(k)
+        return real_open(*a, **k)
+
+    io.open = recording_open  # type: ignore[method-assign]
     m = io.read_private(path, direct)
     assert opened == [{"direct": direct, "read_only": True}]
     assert bytes(m) == data and len(m) == size
@@ -96,7 +102,7 @@ def test_lock_is_exclusive_until_closed_or_power_lost(tmp_path: Path) -> None:
 def test_o_direct_refused_falls_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real_open = os.open
 
-    def no_direct(path, flags, mode=0o777):  # type: ignore[no-untyped-def]
+    def no_direct(path, flags, mode=0o777):
         if flags & getattr(os, "O_DIRECT", 0):
             raise OSError(errno.EINVAL, "Invalid argument")
         return real_open(path, flags, mode)
@@ -239,7 +245,7 @@ def test_read_whole_reads_on_after_a_short_read(tmp_path: Path) -> None:
     the whole file (here every read returns at most 1000 bytes)."""
 
     class ShortReads(FileIO):
-        def _pread(self, f, buf, offset):  # type: ignore[no-untyped-def]
+        def _pread(self, f, buf, offset):
             return super()._pread(f, memoryview(buf)[:1000], offset)
 
     data = os.urandom(10_000)

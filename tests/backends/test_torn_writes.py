@@ -334,12 +334,12 @@ def test_odirect_clearing_after_a_crash_syncs_between_the_two_copies(tmp_path: P
     calls: list[str] = []  # the open's writes (w) and syncs (s) of slots.dat
 
     class Watch(FileIO):
-        def _pwrite(self, f, buf, offset):  # type: ignore[no-untyped-def]
+        def _pwrite(self, f, buf, offset):
             if f.path.name == "slots.dat":
                 calls.append("w")
             super()._pwrite(f, buf, offset)
 
-        def _sync(self, f, data_only):  # type: ignore[no-untyped-def]
+        def _sync(self, f, data_only):
             if f.path.name == "slots.dat":
                 calls.append("s")
             super()._sync(f, data_only)
@@ -412,7 +412,7 @@ def test_odirect_a_failed_write_over_an_unsynced_version_stops_writes(key_mode: 
     class FailingWrite(FileIO):
         fail_next = False
 
-        def _pwrite(self, f, buf, offset):  # type: ignore[no-untyped-def]
+        def _pwrite(self, f, buf, offset):
             if self.fail_next and f.path.name == "slots.dat":
                 self.fail_next = False
                 super()._pwrite(f, memoryview(buf)[:512], offset)  # part of it is written

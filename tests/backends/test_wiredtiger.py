@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import wiredtiger
@@ -47,7 +48,7 @@ def test_bad_page_size_is_named(tmp_path: Path, bad: int) -> None:
     with pytest.raises(ValueError, match="leaf_page_kb"):
         WiredTigerStore(tmp_path / "s", 1 << 20, "sync", leaf_page_kb=bad)
     with pytest.raises(TypeError, match="leaf_page_kb"):
-        WiredTigerStore(tmp_path / "s", 1 << 20, "sync", leaf_page_kb="4KB")
+        WiredTigerStore(tmp_path / "s", 1 << 20, "sync", leaf_page_kb="4KB")  # type: ignore[arg-type]
     assert not (tmp_path / "s").exists()
 
 
@@ -62,7 +63,7 @@ class _FullCacheCursor:
     transaction (WT_ROLLBACK), while a transaction holds more than ``fits`` inserts or, for
     ``fails`` more inserts, always."""
 
-    def __init__(self, cursor: object, fits: int, fails: int = 0):
+    def __init__(self, cursor: Any, fits: int, fails: int = 0):
         self._cursor = cursor
         self._fits, self._fails, self._in_txn = fits, fails, 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from .test_against_oracle import check_same, run_against_oracle
 from .workload import BLOCK, Reference, metadata_for, requests
 
 needs_wt = pytest.mark.skipif(not HAVE_WT, reason="wiredtiger is not installed")
-WT = {"backend": "wiredtiger", "durability": "none", "memory_budget": 4 << 20}
+WT: dict[str, Any] = {"backend": "wiredtiger", "durability": "none", "memory_budget": 4 << 20}
 PERSISTENT = [pytest.param(("dram_blockhash", "dram_blockhash", {}), id="dram_blockhash")] + [
     pytest.param(v, id=v[0], marks=needs_wt) for v in STORE_VARIANTS]
 
@@ -132,11 +133,12 @@ def test_segment_ids_are_stored_as_dense_keys(variant, tmp_path):
     store with the dense-keys hint (odirect addresses records by key), the hashed designs do
     not. Either way the index matches the oracle before and after a reopen."""
     _, name, options = variant
-    odirect = {"backend": "odirect", "durability": "none", "memory_budget": 1 << 20}
+    odirect: dict[str, Any] = {"backend": "odirect", "durability": "none", "memory_budget": 1 << 20}
     reqs = list(requests(8, sessions=8, turns=3))
     oracle = DESIGNS["exact"].open(tmp_path / "oracle", block_size=BLOCK)
     idx = DESIGNS[name].open(tmp_path / "idx", segment_blocks=S, block_size=BLOCK, **odirect,
                              **options)
+    assert idx.store is not None
     assert idx.store.stats()["key_mode"] == ("dense" if name == "segment_radix" else "sparse")
     run_against_oracle(idx, oracle, reqs, Reference())
     idx.close()
@@ -182,7 +184,7 @@ def test_capped_radix_opens_again_after_an_open_that_failed(tmp_path):
     once the snapshot is whole again, the tree opens."""
     path = tmp_path / "idx"
     reqs = list(requests(5, sessions=14, turns=4))
-    opts = dict(segment_blocks=S, block_size=BLOCK, backend="odirect", capped=2048)
+    opts: dict[str, Any] = dict(segment_blocks=S, block_size=BLOCK, backend="odirect", capped=2048)
     with DESIGNS["segment_radix"].open(path, **opts) as idx:
         for req in reqs:
             idx.insert(req.full, req.metadata)

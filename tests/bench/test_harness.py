@@ -5,6 +5,7 @@ import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
+from typing import cast
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from sarp.bench.measure import measure_once
 from sarp.bench.metrics import FIELDS
 from sarp.bench.progress import Progress
 from sarp.bench.recovery_bench import mix
-from sarp.bench.replay import BLOCK_TOKENS, ENTRY_BYTES, Trace, prepare
+from sarp.bench.replay import BLOCK_TOKENS, ENTRY_BYTES, Prepared, Trace, prepare
 from sarp.bench.report import _budget_share, paired_range, ratios, render
 from sarp.bench.results import load_results, write_results
 
@@ -165,7 +166,7 @@ def test_io_calls_sum_the_stores_and_the_designs_own_files_or_say_why_not():
 def test_dram_bytes_count_what_the_stores_keep_beside_their_budget():
     """odirect's sparse key table (SSD-BlockHash) and SARP's newest-copy bits count in
     dram_bytes beside the index's own state; engines that report none leave it n/a."""
-    p = SimpleNamespace(unique_blocks=100)
+    p = cast(Prepared, SimpleNamespace(unique_blocks=100))  # the one field state() reads
     row = metrics.new_row("w", "ssd-blockhash", "odirect")
     metrics.state(row, "ssd-blockhash", {"entries": 0, "dram_bytes": 0,
                                          "store": {"kind": "odirect", "dram_bytes": 700}}, p)

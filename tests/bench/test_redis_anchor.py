@@ -20,6 +20,13 @@ from sarp.errors import RedisError
 needs_redis = pytest.mark.skipif(find_server() is None, reason="redis-server not installed")
 
 
+def _binary() -> str:
+    """The redis-server binary (the tests that call this are skipped without one)."""
+    path = find_server()
+    assert path is not None
+    return path
+
+
 def test_encode_is_resp2():
     assert encode(b"GET", b"k") == b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"
 
@@ -41,7 +48,7 @@ def test_recovery_restores_every_entry(tmp_path):
     assert out["recovery_s"] > 0 and out["load_s"] > 0 and out["snapshot_bytes"] > 0
     # the restarted server holds every loaded entry, byte for byte
     port = _free_port()
-    with _server(find_server(), tmp_path, port) as proc:
+    with _server(_binary(), tmp_path, port) as proc:
         _ready(proc, tmp_path, port, 60)
         c = Resp(port, 60)
         try:
@@ -70,7 +77,7 @@ def test_a_server_that_cannot_start_says_why(tmp_path, monkeypatch):
     relative = Path("a") / "b"  # relative: the log path is missing once it has changed into --dir
     relative.mkdir(parents=True)
     port = _free_port()
-    with _server(find_server(), relative, port) as proc:
+    with _server(_binary(), relative, port) as proc:
         with pytest.raises(RedisError, match="Can't open the log file"):
             _ready(proc, relative, port, 60)
 

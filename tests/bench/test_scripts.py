@@ -12,6 +12,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 def script(name: str):
     """The module of ``bench/NAME.py`` (bench/ is not a package)."""
     spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -11,8 +11,8 @@ import sarp
 
 #: Small parameters that force every path: 8-block segments, 2 base points (D = 4),
 #: 4 filter fields of 16 bits at stride 1, refinement above 3, pruning at 1.
-SMALL = dict(segment_blocks=8, routing_points=2, filter_fields=4, field_bits=16, stride=1,
-             tau=3, pruning_threshold=1)
+SMALL: dict[str, Any] = dict(segment_blocks=8, routing_points=2, filter_fields=4,
+                              field_bits=16, stride=1, tau=3, pruning_threshold=1)
 
 
 class Oracle:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -87,7 +89,7 @@ def test_full_field_ties_go_newest_first_and_stay_verified(tmp_path):
     and (pruned at p0) p0 is the only routing point. The newest is read first: one retrieval
     when it is the longest; a shorter but verified match when MaxRetrieval cuts off the longest;
     the exact match when MaxRetrieval is unbounded."""
-    cfg = dict(block_size=1, segment_blocks=8, routing_points=2, filter_fields=4,
+    cfg: dict[str, Any] = dict(block_size=1, segment_blocks=8, routing_points=2, filter_fields=4,
                field_bits=16, stride=1, pruning_threshold=3)
     base = list(range(100, 105))
     seqs = [np.array(base + tail) for tail in ([1, 2, 3], [4, 5, 6], [7, 8, 9])]

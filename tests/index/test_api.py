@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -211,9 +212,9 @@ def test_the_snapshot_schedule_is_used_as_checked(tmp_path):
     """An ``__index__`` object or numpy number for the schedule is taken as the int or float
     it was checked as: the insert it makes due takes a snapshot, never a TypeError after the
     insert was applied."""
-    with sarp.open(tmp_path / "i", backend="memory", snapshot_every_inserts=_Int(2),
-                   snapshot_every_seconds=np.float32(3600), memory_budget=np.int64(1 << 20)
-                   ) as idx:
+    schedule: dict[str, Any] = dict(snapshot_every_inserts=_Int(2), memory_budget=np.int64(1 << 20),
+                                    snapshot_every_seconds=np.float32(3600))
+    with sarp.open(tmp_path / "i", backend="memory", **schedule) as idx:
         for i in range(4):
             idx.insert(tokens=np.arange(i * 1000, i * 1000 + 64))
         assert idx.counters["snapshots"] == 2
@@ -304,8 +305,8 @@ def test_a_namespace_keeps_equal_tokens_apart(tmp_path):
 
 
 def test_numpy_integers_are_taken_as_integers(tmp_path):
-    with sarp.open(tmp_path / "i", backend="memory", block_size=np.int64(4),
-                   snapshot_every_inserts=np.int32(5)) as index:
+    numbers: dict[str, Any] = dict(block_size=np.int64(4), snapshot_every_inserts=np.int32(5))
+    with sarp.open(tmp_path / "i", backend="memory", **numbers) as index:
         assert index.config.block_size == 4 and type(index.config.block_size) is int
         index.insert(tokens=tokens(40))
         assert index.match(tokens=tokens(40), max_retrieval=np.int64(2)).num_blocks == 10

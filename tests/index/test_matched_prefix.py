@@ -90,7 +90,8 @@ def test_tail_needs_the_whole_matched_query_and_no_write_since_the_stamp():
     mp.remember(q[:80], 70, None, (64, 70, "found"))
     assert mp.recall(q) == (70, None)  # matched while a write was in flight
     mp.remember(q[:70], 70, mp.stamp(), (64, 70, "found"))
-    assert not mp.recall(q)[1].decided  # it reached its query's end: q may go on in the segment
+    tail = mp.recall(q)[1]
+    assert tail is not None and not tail.decided  # it reached its query's end: q may go on
 
 
 def test_insert_after_match_reads_only_the_windows_past_the_verified_prefix(tmp_path: Path):

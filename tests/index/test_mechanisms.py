@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import threading
 from collections import Counter
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,8 +19,8 @@ from sarp.routing import FIXED, Build, Events, RoutingDirectory
 from .helpers import SMALL, metadata_for, shared_prefix_workload
 
 # 8-block segments, two base points (offsets 0 and 4), midpoints at 2 and 6, last block 7.
-BASE = dict(block_size=1, segment_blocks=8, routing_points=2, filter_fields=4, field_bits=16,
-            stride=1)
+BASE: dict[str, Any] = dict(block_size=1, segment_blocks=8, routing_points=2, filter_fields=4,
+                            field_bits=16, stride=1)
 
 
 def divergent(shared: int, i: int, length: int = 8) -> np.ndarray:
@@ -187,6 +188,7 @@ def test_builds_in_flight_at_a_crash_are_redone_by_recovery(tmp_path, build):
     the entry's pending flag and the build's entries unpublished. A recovery from it (here
     from a copy of the index made then, as a crash would leave it) redoes the build before
     serving, and ends with the routing state that the finished build gave."""
+    opts: dict[str, Any]
     if build == "refine":
         opts, flag, seqs = dict(pruning=False, tau=3), rt.REFINING, [divergent(1, i)
                                                                      for i in range(4)]
@@ -304,7 +306,7 @@ def test_reader_racing_a_rematerialization_sees_old_or_new_complete_state(tmp_pa
                 assert release.wait(30)
         return real_place(*args, **kwargs)
 
-    index.directory.place = slow_place
+    index.directory.place = slow_place  # type: ignore[method-assign]
     index.insert(tokens=seqs[threshold])
     assert reached.wait(30)
     t = index.directory.table
@@ -405,7 +407,7 @@ class ReferenceDirectory(RoutingDirectory):
         for o, role, parent_o in self.points(len(ids)):
             # a queued rematerialization (not this build's) keeps the rest of the walk from
             # creating entries: it places this segment below its entry with the older ones
-            blocked = blocked or (prev >= 0 and prev != root and t.flags(prev) & rt.REMAT)
+            blocked = blocked or (prev >= 0 and prev != root and bool(t.flags(prev) & rt.REMAT))
             parent = -1
             if role != FIXED:
                 parent = t.find(int(ids[parent_o]))
@@ -491,7 +493,7 @@ def test_compiled_walk_places_like_the_python_walk(seed, flags, segments):
             jobs += [("refine", e) for e in ev.refine] + [("remat", e) for e in ev.remat]
     got, want = (d.table.export() for d in dirs)
     for a, b in zip(got, want, strict=True):
-        assert np.array_equal(a, b)
+        assert np.array_equal(a, b)  # type: ignore[arg-type]
     assert len(got[0]) > 10
     assert (dirs[0].table.longest_list() > rt.DELTA_MIN) == (segments > 400)
 
@@ -577,7 +579,7 @@ def test_inconsistent_table_slots_are_refused(damage):
     else:
         slots[used[1]] = slots[used[0]]
     with pytest.raises(ValueError, match="table"):
-        rt.RoutingTable.from_arrays(keys, *lists, slots=slots)
+        rt.RoutingTable.from_arrays(keys, *lists, slots=slots)  # type: ignore[arg-type, misc]
 
 
 def test_a_list_not_sorted_by_filter_is_refused():
@@ -615,9 +617,9 @@ def test_entry_ids_out_of_range_raise_instead_of_reading_past_the_arrays():
 def test_a_walk_with_arguments_out_of_range_raises(bad):
     t = rt.RoutingTable()
     ids = np.arange(1, 9, dtype=np.uint64)
-    args = dict(offsets=np.array([0, 4], np.int64), parents=np.array([-1, -1], np.int64),
-                refinable=np.zeros(2, np.uint8), filters=np.zeros(2, np.uint64), i=0, prev=-1,
-                root=-1)
+    args: dict[str, Any] = dict(
+        offsets=np.array([0, 4], np.int64), parents=np.array([-1, -1], np.int64),
+        refinable=np.zeros(2, np.uint8), filters=np.zeros(2, np.uint64), i=0, prev=-1, root=-1)
     if bad == "lengths":
         args["filters"] = np.zeros(1, np.uint64)
     elif bad == "offset":
@@ -686,11 +688,11 @@ def test_every_step_of_a_background_build_keeps_matches_exact(tmp_path, seed):
                     failures.append(f"after {change}: {got} of {len(tokens)} blocks")
                     return
         finally:
-            index.directory.table = checked
+            index.directory.table = checked  # type: ignore[assignment]
 
     table = index.directory.table
     checked = CheckedTable(table, check)
-    index.directory.table = checked
+    index.directory.table = checked  # type: ignore[assignment]
     release = threading.Event()
     S = config["segment_blocks"]
     try:
@@ -767,7 +769,8 @@ def test_lists_past_delta_min_route_every_copy_also_after_a_restart(tmp_path, sn
         before = index.directory.table.export()
     with sarp.open(tmp_path / "i", **opts) as index:
         after = index.directory.table.export()
-        assert all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))
+        assert all(np.array_equal(a, b)  # type: ignore[arg-type]
+                   for a, b in zip(before, after, strict=True))
         assert [index.match(block_ids=q).num_blocks for q in seqs] == [128] * len(seqs)
         other = np.concatenate((prefix, rng.integers(1, 2**62, 28, dtype=np.uint64)))
         assert index.match(block_ids=other).num_blocks == 100

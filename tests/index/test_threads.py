@@ -131,7 +131,7 @@ def test_racing_extensions_of_one_segment_all_survive(tmp_path, backend):
         time.sleep(0.001)  # releases the GIL: the other threads run their inserts' matches
         put_all(records, **kw)
 
-    index.segments.put_all = waiting_put_all
+    index.segments.put_all = waiting_put_all  # type: ignore[assignment, method-assign]
 
     def body(t: int, r: int) -> list[int]:
         seq = base + [t, r % 7, r]  # shares the segment's prefix, then diverges
@@ -203,7 +203,7 @@ def test_an_insert_skipping_known_windows_waits_for_the_extension_it_read(tmp_pa
             stored.set()
             assert w_at_lock.wait(30)  # W asked for window 1's lock, or W is done
 
-    index.segments.put_all = pausing_put_all
+    index.segments.put_all = pausing_put_all  # type: ignore[assignment, method-assign]
     out = _writer_and_follower(index, b, ids, stored, w_at_lock, int(ids[s]))
     assert out["W match"] == 2 * s  # W read Z's extension before Z registered it
     assert out["Z"]["blocks_written"] > 0 and out["W"]["blocks_written"] == 0
@@ -239,7 +239,7 @@ def test_an_insert_skipping_known_windows_waits_for_a_writer_of_an_earlier_one(t
             assert w_at_lock.wait(30)  # W asked for window 0's lock, or W is done
         return out
 
-    index.directory.place = pausing_place
+    index.directory.place = pausing_place  # type: ignore[assignment, method-assign]
     out = _writer_and_follower(index, b, ids, placed, w_at_lock, int(ids[0]))
     assert out["W match"] == 2 * s  # W read Z's windows 0 and 1 before Z registered window 2
     assert out["Z"]["blocks_written"] == len(ids) and out["W"]["blocks_written"] == 0
@@ -353,7 +353,7 @@ class _MatchDuringGrowth(rt.RoutingTable):
                              self.query, 0)[0]
             if got.num_blocks < self.before:
                 self.shorter.append((self.before, got.num_blocks))
-        return super()._grow_arena(need)
+        return super()._grow_arena(need)  # type: ignore[misc]
 
 
 def test_a_new_routing_entry_is_visible_only_with_its_segment(tmp_path) -> None:

@@ -47,7 +47,7 @@ def test_any_contiguous_buffer():
 
 def test_rejects_non_buffers():
     with pytest.raises(TypeError, match="data"):
-        xxh64("text")
+        xxh64("text")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="data"):
         xxh64(np.arange(10, dtype=np.uint32)[::2])
 

@@ -130,7 +130,7 @@ def test_metadata_wrong_kind():
     with pytest.raises(ValueError, match="metadata"):
         encode_segment(1, 0, u64([1, 2]), np.zeros((2, 8), np.uint8)[:, ::2], 4)
     with pytest.raises(TypeError, match="metadata"):
-        encode_segment(1, 0, u64([1]), [1, 2], 2)
+        encode_segment(1, 0, u64([1]), [1, 2], 2)  # type: ignore[arg-type]
     raw = encode_segment(1, 0, u64([1]), b"ab", 2)
     with pytest.raises(ValueError, match="metadata"):
         append_blocks(raw, u64([2]), b"abc")
@@ -200,6 +200,6 @@ def test_check_order_magic_before_length():
 
 def test_buf_must_be_bytes_like():
     with pytest.raises(TypeError, match="buf"):
-        decode_segment("not bytes")
+        decode_segment("not bytes")  # type: ignore[arg-type]
     assert decode_segment(bytearray(GOOD)).block_ids.tolist() == [1, 2**64 - 1]
     assert decode_segment(memoryview(GOOD)).segment_id == 9

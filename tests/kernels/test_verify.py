@@ -58,9 +58,9 @@ def test_offsets_out_of_range(a_off, b_off, name):
 
 def test_rejects_other_arrays():
     with pytest.raises(TypeError, match="^a "):
-        common_prefix(np.zeros(3), 0, u64([1]), 0)
+        common_prefix(np.zeros(3), 0, u64([1]), 0)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="^b "):
-        common_prefix(u64([1]), 0, [1, 2], 0)
+        common_prefix(u64([1]), 0, [1, 2], 0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="^b "):
         common_prefix(u64([1]), 0, u64(range(10))[::2], 0)
     with pytest.raises(ValueError, match="^a "):

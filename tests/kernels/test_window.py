@@ -132,7 +132,8 @@ def test_prefix_matches_window_by_window_while_windows_match_whole(scene, max_re
     """``prefix`` is the reference's window-by-window match from block 0: on while a window
     matches to its end, with each matched window's metadata rows and where it stopped."""
     q, window, offsets = scene["q"], scene["window"], scene["offsets"]
-    table, n_fields, bits, stride = scene["table"], *scene["layout"]
+    table = scene["table"]
+    n_fields, bits, stride = scene["layout"]
     stored = {sid: MSeg(s.segment_id, s.start, s.block_ids,
                         s.block_ids.view(np.uint8).reshape(-1, 8))
               for sid, s in scene["stored"].items()}
@@ -181,8 +182,13 @@ def test_a_known_match_spares_the_candidates_that_cannot_beat_it():
     segments = {sid: Seg(sid, 0, np.array(q[:3] + [99] * 5, np.uint64)) for sid in (3, 8)}
     f = ref.region_filter(segments[3].block_ids.tolist(), 0, 8, 4, 16, 1)
     table = Table({10: [(3, f), (8, f)]})
-    reads = []
-    m = WindowMatcher(table, lambda sid: reads.append(sid) or segments[sid],
+    reads: list[int] = []
+
+    def read(sid: int) -> Seg:
+        reads.append(sid)
+        return segments[sid]
+
+    m = WindowMatcher(table, read,
                       np.array(q, np.uint64), 8, [0], n_fields=4, bits=16, stride=1)
     assert m.match(0, (3, segments[3])) == (3, segments[3]) and reads == []
     assert m.match(0) == (3, segments[8]) and reads == [8]
@@ -203,7 +209,7 @@ def test_whole_reads_only_candidates_that_may_hold_the_window():
         return WindowMatcher(Table(lists), lambda sid: reads.append(sid) or segments[sid],
                              np.array(q, np.uint64), 8, [0], n_fields=4, bits=16, stride=2)
     known = (3, segments[3])
-    reads = []
+    reads: list[int] = []
     assert matcher([3, 8, 5], reads).match(0, known, whole=True) == (8, segments[5])
     assert reads == [5]
     reads.clear()
@@ -223,20 +229,24 @@ def test_missing_and_misplaced_segments_count_as_retrieved_and_missing_ones_as_m
     assert m.windows == 2 and m.routing_probes == 1
 
 
+def _absent(sid: int) -> None:
+    """A segment reader of an empty store."""
+
+
 def test_window_matcher_argument_errors():
     table = Table({})
     q = np.arange(4, dtype=np.uint64)
     with pytest.raises(TypeError, match="q"):
-        WindowMatcher(table, dict().get, np.arange(4), 4, [0])
+        WindowMatcher(table, _absent, np.arange(4), 4, [0])  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="q"):
-        WindowMatcher(table, dict().get, q[::2], 4, [0])
+        WindowMatcher(table, _absent, q[::2], 4, [0])
     with pytest.raises(ValueError, match="n_fields"):
-        WindowMatcher(table, dict().get, q, 4, [0], n_fields=3)
+        WindowMatcher(table, _absent, q, 4, [0], n_fields=3)
     with pytest.raises(ValueError, match="probe_offsets"):
-        WindowMatcher(table, dict().get, q, 4, [4])
+        WindowMatcher(table, _absent, q, 4, [4])
     with pytest.raises(ValueError, match="max_retrieval"):
-        WindowMatcher(table, dict().get, q, 4, [0], max_retrieval=-1)
-    m = WindowMatcher(table, dict().get, q, 4, [0])
+        WindowMatcher(table, _absent, q, 4, [0], max_retrieval=-1)
+    m = WindowMatcher(table, _absent, q, 4, [0])
     with pytest.raises(ValueError, match="ws"):
         m.match(5)
     with pytest.raises(ValueError, match="known"):

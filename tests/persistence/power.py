@@ -47,7 +47,7 @@ def snapshot_cut_by_power(index: Any, io: PowerLossIO) -> None:
         with pytest.raises(OSError, match="power cut"):
             index.snapshot()
     finally:
-        snapshot.write = real  # type: ignore[assignment]
+        snapshot.write = real
 
 
 def assert_requests_after_crash(index: sarp.Index, requests: list[np.ndarray], begun: set[int],

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -59,7 +60,7 @@ class HoldA:
                 time.sleep(1)
         self.lock.__enter__()
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self.lock.__exit__(*exc)
 
 
@@ -70,8 +71,12 @@ def main() -> None:
     a, b = sequences()
     released, held = threading.Event(), threading.Event()
     window_lock = index._window_lock
-    index._window_lock = lambda first: Released(window_lock(first), released)
-    index._journal_lock = HoldA(index._journal_lock, released, held)
+
+    def released_window_lock(first: int) -> Any:
+        return Released(window_lock(first), released)
+
+    index._window_lock = released_window_lock  # type: ignore[assignment, method-assign]
+    index._journal_lock = HoldA(index._journal_lock, released, held)  # type: ignore[assignment]
 
     def insert_a() -> None:
         index.insert(tokens=a, metadata=metadata(sarp.block_ids(a, CONFIG["block_size"])))

@@ -16,6 +16,7 @@ import errno
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -106,7 +107,7 @@ def _journal_sync_fails(io: PowerLossIO, index: sarp.Index) -> Iterator[None]:
     journal_file = index._journal.path
     real_sync = io._sync
 
-    def journal_fails(f, data_only):  # type: ignore[no-untyped-def]
+    def journal_fails(f, data_only):
         if f.path == journal_file:
             io.fail_syncs(1)
         real_sync(f, data_only)
@@ -177,7 +178,7 @@ def test_a_failed_journal_write_stops_nothing_and_is_written_again(tmp_path: Pat
     real = io._pwrite
     journal_file = index._journal.path
 
-    def full_disk(f, buf, offset):  # type: ignore[no-untyped-def]
+    def full_disk(f, buf, offset):
         if f.path == journal_file:
             raise OSError(errno.ENOSPC, "No space left on device")
         real(f, buf, offset)
@@ -209,7 +210,7 @@ def test_a_journal_write_that_fails_at_close_keeps_the_file_and_a_later_close_wr
             writer.sync()
     real = io._pwrite
 
-    def full_disk(f, buf, offset):  # type: ignore[no-untyped-def]
+    def full_disk(f, buf, offset):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     io._pwrite = full_disk  # type: ignore[method-assign]
@@ -235,19 +236,19 @@ def test_a_journal_switch_that_fails_keeps_the_index_going(fail_at: str,
     real_write, real_rename, real_dir_sync = io._pwrite, io.rename, io.fsync_dir
     dir_failures = [2 if fail_at.endswith("twice") else 1]
 
-    def full_disk(f, buf, offset):  # type: ignore[no-untyped-def]
+    def full_disk(f, buf, offset):
         if f.path.name.startswith("journal-"):
             raise OSError(errno.ENOSPC, "No space left on device")
         real_write(f, buf, offset)
 
-    def rename_then_fail(src, dst):  # type: ignore[no-untyped-def]
+    def rename_then_fail(src, dst):
         real_rename(src, dst)
         if Path(dst).name.startswith("journal-"):
             if fail_at == "rename":
                 raise OSError(errno.ENOSPC, "No space left on device")
             io.fsync_dir = failing_dir_sync  # type: ignore[method-assign]
 
-    def failing_dir_sync(directory):  # type: ignore[no-untyped-def]
+    def failing_dir_sync(directory):
         dir_failures[0] -= 1
         if dir_failures[0] >= 0:
             raise SyncFailedError(errno.EIO, "sync of directory failed")
@@ -401,7 +402,7 @@ def test_a_reopen_after_a_failed_store_sync_makes_what_it_reads_durable(
     survive the power cut. Without it, odirect lost them."""
     io = PowerLossIO(0)
     path = tmp_path / "i"
-    options = dict(backend=backend, direct_io=False, durability="group",
+    options: dict[str, Any] = dict(backend=backend, direct_io=False, durability="group",
                    store_options={"io": io}, _io=io)
     index = sarp.open(path, **options, **CONFIG)
     for i in range(20):
@@ -434,7 +435,7 @@ def test_a_reopen_after_a_failed_journal_sync_makes_the_journal_durable(
     damage, and the open failed)."""
     io = PowerLossIO(0)
     path = tmp_path / "i"
-    options = dict(backend="odirect", direct_io=False, durability="sync",
+    options: dict[str, Any] = dict(backend="odirect", direct_io=False, durability="sync",
                    snapshot_on_close=False, store_options={"io": io}, _io=io)
     index = sarp.open(path, **options, **CONFIG)
     for i in range(10):
@@ -470,7 +471,7 @@ def test_a_failed_directory_sync_then_a_reopen_without_a_restart_loses_no_insert
     index.snapshot()  # so that the next one removes the files of the first
     real_dir_sync, calls = io.fsync_dir, [0]
 
-    def counted(directory):  # type: ignore[no-untyped-def]
+    def counted(directory):
         calls[0] += 1
         if calls[0] == failing:
             io.fail_dir_syncs(1)

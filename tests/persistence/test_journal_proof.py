@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ from storage_backends.io import FileIO, PowerLossIO
 from .power import killed, snapshot_cut_by_power
 from .workload import CONFIG, assert_holds, check_match, full_blocks, insert
 
-ODIRECT = dict(backend="odirect", direct_io=False)
+ODIRECT: dict[str, Any] = dict(backend="odirect", direct_io=False)
 
 
 def test_a_rebuild_stopped_before_its_snapshot_leaves_an_index_that_opens(

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -74,8 +75,8 @@ def _run(root: Path, seed: int) -> None:
     rng = np.random.default_rng(seed)
     cfg = random_config(rng, bounded=False)
     backend = str(rng.choice(["odirect", "flashlog", "wiredtiger", "rocksdb"]))
-    opts = dict(durability=str(rng.choice(["none", "group", "sync"])),
-                snapshot_every_inserts=int(rng.choice([0, 0, 7])),
+    opts: dict[str, Any] = dict(durability=str(rng.choice(["none", "group", "sync"])),
+                                snapshot_every_inserts=int(rng.choice([0, 0, 7])),
                 snapshot_on_close=bool(rng.random() < 0.5))
     bs = cfg["block_size"]
     oracle = Oracle()
@@ -108,7 +109,7 @@ def _run_cut(root: Path, seed: int) -> None:
     cfg = random_config(rng, bounded=False)
     backend = str(rng.choice(["odirect", "flashlog"]))
     mode = str(rng.choice(["none", "group", "sync"]))
-    opts = dict(durability=mode, snapshot_every_inserts=int(rng.choice([0, 0, 7])))
+    opts: dict[str, Any] = dict(durability=mode, snapshot_every_inserts=int(rng.choice([0, 0, 7])))
     oracle = Oracle()
     inserted: list[np.ndarray] = []
     acked = 0  # inserted[:acked] were acknowledged

@@ -7,12 +7,14 @@ ID, so any returned record can be checked without knowing who inserted it first.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 import sarp
 
-CONFIG = dict(block_size=4, segment_blocks=16, routing_points=2, filter_fields=8, field_bits=8,
-              stride=1, tau=4, pruning_threshold=1)
+CONFIG: dict[str, Any] = dict(block_size=4, segment_blocks=16, routing_points=2, filter_fields=8,
+                              field_bits=8, stride=1, tau=4, pruning_threshold=1)
 
 
 def sequence(i: int) -> np.ndarray:
