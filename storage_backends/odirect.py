@@ -62,6 +62,8 @@ MAX_VALUE_SIZE = 1 << 26
 UNSYNCED_LIMIT = 1 << 16
 
 EMPTY, VALID, BAD = 0, 1, 2
+#: a parsed copy of a slot: (state, seq, flags, key, length)
+_State = tuple[int, int, int, int, int]
 
 
 def _bit(bits: bytes | bytearray, slot: int) -> int:
@@ -203,7 +205,7 @@ class ODirectStore(RecordStore):
         self._newer[i] = (self._newer[i] | bit) if copy else (self._newer[i] & ~bit)
 
     # -- versions ------------------------------------------------------------------------------
-    def _parse(self, buf: Any, off: int, slot: int) -> tuple[int, int, int, int, int]:
+    def _parse(self, buf: Any, off: int, slot: int) -> _State:
         """(state, seq, flags, key, length) of the version at ``buf[off:]`` of ``slot``."""
         magic, flags, key, seq, n = _VERSION.unpack_from(buf, off)
         if magic == 0:
@@ -214,12 +216,15 @@ class ODirectStore(RecordStore):
             return BAD, 0, 0, 0, 0
         return VALID, seq, flags, key, n
 
-    def _newest(self, buf: Any, offsets: tuple[int, int],
-                slot: int) -> tuple[int, int, int, int, int, int]:
-        """(copy, seq, flags, key, length, bad copies) of the newest valid copy (-1: none), the
-        copies being at ``offsets`` of ``buf``."""
-        a = self._parse(buf, offsets[0], slot)
-        b = self._parse(buf, offsets[1], slot)
+    def _states(self, buf: Any, offsets: tuple[int, int], slot: int) -> list[_State]:
+        """``_parse`` of ``slot``'s two copies, at ``offsets`` of ``buf``."""
+        return [self._parse(buf, off, slot) for off in offsets]
+
+    @staticmethod
+    def _newest(states: list[_State]) -> tuple[int, int, int, int, int, int]:
+        """(copy, seq, flags, key, length, bad copies) of the newest valid copy (-1: none) of
+        a slot whose copies parsed as ``states``."""
+        a, b = states
         bad = (a[0] == BAD) + (b[0] == BAD)
         if b[0] == VALID and (a[0] != VALID or b[1] > a[1]):
             return (1, *b[1:], bad)
@@ -371,9 +376,10 @@ class ODirectStore(RecordStore):
         newest: dict[int, tuple[int, int, int]] = {}  # key -> (seq, slot, flags) of its newest
         self._newer = bytearray(-(-self._nslots // 8))
         for slot, buf, offsets in self._iter_slots():
+            states = self._states(buf, offsets, slot)
             if saved is not None:
-                self._served(buf, offsets, slot, _bit(saved, slot))
-            copy, seq, flags, key, _, bad = self._newest(buf, offsets, slot)
+                self._served(states, slot, _bit(saved, slot))
+            copy, seq, flags, key, _, bad = self._newest(states)
             if bad and copy < 0:
                 if not repair:
                     raise CorruptionError(f"slots.dat: slot {slot}: no version passes its checks")
@@ -458,11 +464,11 @@ class ODirectStore(RecordStore):
             offsets = (0, self._vbytes)
             self._read_copies(buf, slot)
             try:
-                copy, flags, found, n = self._served(buf, offsets, slot)
+                copy, flags, found, n = self._served(self._states(buf, offsets, slot), slot)
             except CorruptionError:
                 with self._lock:
                     self._read_copies(buf, slot)
-                    copy, flags, found, n = self._served(buf, offsets, slot)
+                    copy, flags, found, n = self._served(self._states(buf, offsets, slot), slot)
             if copy < 0:
                 return None
             start += offsets[copy]
@@ -470,17 +476,16 @@ class ODirectStore(RecordStore):
             return None
         return buf[start:start + n]
 
-    def _served(self, buf: Any, offsets: tuple[int, int], slot: int,
+    def _served(self, states: list[_State], slot: int,
                 copy: int | None = None) -> tuple[int, int, int, int]:
-        """(copy, flags, key, length) of ``slot``'s version to serve, its copies being at
-        ``offsets`` of ``buf``; copy -1 for a slot never written (bit 0, both copies empty).
+        """(copy, flags, key, length) of ``slot``'s version to serve, its copies having parsed
+        as ``states``; copy -1 for a slot never written (bit 0, both copies empty).
         The copy the newest-copy bit names (or ``copy``) is the one: a write flips the bit
         once it is written, so under the store lock that copy fails its checks, or reads as
         empty, only if the device lost it. That is ``CorruptionError``, never the older
         version."""
         if copy is None:
             copy = self._newest_copy(slot)
-        states = [self._parse(buf, off, slot) for off in offsets]
         state, _, flags, key, n = states[copy]
         if state == VALID:
             return copy, flags, key, n
@@ -508,7 +513,7 @@ class ODirectStore(RecordStore):
         with self._lock:
             records = []
             for slot, buf, offsets in self._iter_slots():
-                copy, flags, key, n = self._served(buf, offsets, slot)
+                copy, flags, key, n = self._served(self._states(buf, offsets, slot), slot)
                 if copy >= 0 and flags == LIVE:
                     start = offsets[copy] + _VERSION.size
                     records.append((key, bytes(buf[start:start + n])))
