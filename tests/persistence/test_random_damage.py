@@ -23,6 +23,7 @@ match whole unless the damage hit a journal or the store's records (its WAL, pag
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,23 +72,36 @@ def _damage(rng: np.random.Generator, path: Path) -> str:
     return f"{path.name}: {kind} at {at}"
 
 
+def _requests(rng: np.random.Generator, block_size: int,
+              oracle: Oracle) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """A seed's requests, as (block IDs, metadata), each put in ``oracle`` as it is drawn."""
+    for tag, (_, full) in enumerate(random_workload(rng, int(rng.integers(20, 150)))):
+        ids = sarp.block_ids(full, block_size)
+        meta = metadata_for(ids, tag)
+        oracle.insert(ids, meta)
+        yield ids, meta
+
+
+def _damage_one(rng: np.random.Generator, root: Path) -> tuple[Path, str]:
+    """Damage one of the index's own files; returns it and what was done."""
+    files = _own_files(root)
+    target = files[int(rng.integers(len(files)))]
+    return target, _damage(rng, target)
+
+
 def _run(root: Path, seed: int) -> None:
     rng = np.random.default_rng(seed)
     cfg = random_config(rng, bounded=False)
     backend = str(rng.choice(["odirect", "flashlog", "wiredtiger", "rocksdb"]))
     opts: dict[str, Any] = dict(durability=str(rng.choice(["none", "group", "sync"])),
                                 snapshot_every_inserts=int(rng.choice([0, 0, 7])),
-                snapshot_on_close=bool(rng.random() < 0.5))
-    bs = cfg["block_size"]
+                                snapshot_on_close=bool(rng.random() < 0.5))
     oracle = Oracle()
     inserted = []
     index = sarp.open(root, backend=backend, **opts, **cfg)
     try:
-        for tag, (_, full) in enumerate(random_workload(rng, int(rng.integers(20, 150)))):
-            ids = sarp.block_ids(full, bs)
-            meta = metadata_for(ids, tag)
+        for ids, meta in _requests(rng, cfg["block_size"], oracle):
             index.insert(block_ids=ids, metadata=meta)
-            oracle.insert(ids, meta)
             inserted.append(ids)
             step = rng.random()
             if step < 0.04:
@@ -97,11 +111,9 @@ def _run(root: Path, seed: int) -> None:
                 index = sarp.open(root, **opts)
     finally:
         index.close()
-    files = _own_files(root)
-    target = files[int(rng.integers(len(files)))]
-    where = f"seed {seed}, {backend}, {_damage(rng, target)}"
-    whole = [] if target.name.startswith("journal-") else inserted
-    _check(root, dict(opts), inserted, whole, oracle, target, where)
+    target, done = _damage_one(rng, root)
+    whole = 0 if target.name.startswith("journal-") else len(inserted)
+    _check(root, opts, inserted, whole, oracle, target, f"seed {seed}, {backend}, {done}")
 
 
 def _run_cut(root: Path, seed: int) -> None:
@@ -115,11 +127,8 @@ def _run_cut(root: Path, seed: int) -> None:
     acked = 0  # inserted[:acked] were acknowledged
     io = PowerLossIO(seed)
     index = open_through(io, root, backend, **opts, **cfg)
-    for tag, (_, full) in enumerate(random_workload(rng, int(rng.integers(20, 150)))):
-        ids = sarp.block_ids(full, cfg["block_size"])
-        meta = metadata_for(ids, tag)
+    for ids, meta in _requests(rng, cfg["block_size"], oracle):
         index.insert(block_ids=ids, metadata=meta)
-        oracle.insert(ids, meta)
         inserted.append(ids)
         acked = len(inserted) if mode == "sync" else acked
         step = rng.random()
@@ -131,19 +140,16 @@ def _run_cut(root: Path, seed: int) -> None:
             acked = len(inserted)
             index = open_through(io, root, backend, **opts)
     io.crash(str(rng.choice(["drop", "tear", "reorder"])))
-    files = _own_files(root)
-    target = files[int(rng.integers(len(files)))]
-    where = f"seed {seed}, {backend}, {mode}, power cut, {_damage(rng, target)}"
+    target, done = _damage_one(rng, root)
     records = target.name.startswith(("journal-", "wal.", "log.", "slots."))
-    whole = [] if records else inserted[:acked]
-    _check(root, dict(direct_io=False, snapshot_on_close=False), inserted, whole, oracle,
-           target, where)
+    _check(root, dict(direct_io=False, snapshot_on_close=False), inserted, 0 if records else acked,
+           oracle, target, f"seed {seed}, {backend}, {mode}, power cut, {done}")
 
 
-def _check(root: Path, opts: dict, inserted: list[np.ndarray], whole: list[np.ndarray],
+def _check(root: Path, opts: dict[str, Any], inserted: list[np.ndarray], whole: int,
            oracle: Oracle, target: Path, where: str) -> None:
     """Reopen the damaged index: it refuses, or each of ``inserted`` matches verified or
-    raises ``CorruptionError``, and each of ``whole`` matches whole (or raises)."""
+    raises ``CorruptionError``, and each of the first ``whole`` matches whole (or raises)."""
     try:
         index = sarp.open(root, **opts)
     except SarpError:
@@ -151,15 +157,14 @@ def _check(root: Path, opts: dict, inserted: list[np.ndarray], whole: list[np.nd
     except ValueError as exc:  # sarp.json lost: the open names the index files it found
         assert target.name == "sarp.json" and "but no sarp.json" in str(exc), where
         return
-    whole_ids = {id(ids) for ids in whole}
     with index:
-        for ids in inserted:
+        for i, ids in enumerate(inserted):
             try:
                 m = index.match(block_ids=ids)
             except CorruptionError:
                 continue
             assert_verified(m, ids, oracle, where)
-            if id(ids) in whole_ids:
+            if i < whole:
                 assert m.num_blocks == len(ids), where
 
 
