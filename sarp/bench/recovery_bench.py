@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from sarp.bench.designs import DESIGNS, Design, Setup
-from sarp.bench.disk import drop_page_cache, sequential_read
+from sarp.bench.disk import copy_tree, drop_page_cache, sequential_read
 from sarp.bench.metrics import RECOVERY_STAGES
 from sarp.bench.progress import Progress
 from sarp.bench.redis_anchor import NOT_FOUND, find_server, redis_recovery
@@ -46,8 +46,8 @@ NOTES = ("Recovery: from opening the persisted index (SARP: sarp.open of a snaps
          "crash_*: SARP reopened after a crash. A child process reopens the index, inserts "
          "fresh sequences (whole copies of the workload, 1% of the index's blocks or more) "
          "after its last snapshot, flushes them and ends without closing, as a kill -9 "
-         "would; each of --repeat copies of what it left is reopened from the disk. The "
-         "reopen replays the journal and the store recovers its unclean state.")
+         "would; each of --repeat copies of what it left (holes kept) is reopened from the "
+         "disk. The reopen replays the journal and the store recovers its unclean state.")
 #: the inserts after the last snapshot that a crash leaves to the journal, as a share of the
 #: index's blocks
 CRASH_TAIL = 0.01
@@ -145,7 +145,7 @@ def _median_reopen(design: Design, path: Path, setup: Setup, repeat: int,
     for _ in range(repeat):
         if copy_of is not None:
             shutil.rmtree(path, ignore_errors=True)
-            shutil.copytree(copy_of, path)
+            copy_tree(copy_of, path)
         drop_page_cache(path)
         with design.open(path, setup) as reopened:
             reports.append(dict(reopened.recovery))
