@@ -10,11 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import xxhash
 
 from sarp._core.blockids import chain_block_ids, namespace_seed
 from sarp._core.bloom import K, build, newest_hit
 from sarp._core.filters import best_fields, candidate_order, filters_at, region_filter
 from sarp._core.segment_codec import decode_segment, encode_segment
+from sarp._core.slot_versions import VERSION_OVERHEAD, parse_slots
 from sarp._core.verify import common_prefix
 from sarp.block_ids import block_ids
 
@@ -63,6 +65,25 @@ CHAIN_WORDS = np.concatenate([build(keys, 16) for keys in PAGE_KEYS])
 CHAIN_PAGES = np.array([(16 * j, 0, 1024) for j in range(64)], dtype=np.uint32)
 CHAIN_LISTS = [CHAIN_WORDS[16 * j:16 * (j + 1)].tolist() for j in range(64)]
 ABSENT = int(RNG.integers(0, 2**64, dtype=np.uint64))
+
+
+def _extent(slots: int, vbytes: int, value: bytes) -> bytes:
+    """An odirect extent of ``slots`` slots: every copy 0 holds a version of ``value``, every
+    other copy 1 a newer one; the rest are empty."""
+    buf = bytearray(2 * slots * vbytes)
+    for i in range(slots):
+        for c in (0, 1) if i % 2 else (0,):
+            head = ref.SLOT_VERSION.pack(ref.SLOT_VERSION_MAGIC, 1, i, 2 * i + c, len(value))
+            body = head + value
+            at = ref.slot_copy_offset(i, c, slots, vbytes)
+            checksum = xxhash.xxh64_intdigest(body, i).to_bytes(8, "little")
+            buf[at:at + len(body) + 8] = body + checksum
+    return bytes(buf)
+
+
+# one extent of odirect's slot file: 64 slots of 4 KiB copies, each version a segment record
+SLOT_VBYTES = 4096
+EXTENT = _extent(BLOCKS, SLOT_VBYTES, RECORD)
 
 
 @pytest.mark.benchmark(group="block_ids (1024 tokens, 64 blocks)")
@@ -166,3 +187,25 @@ def test_bloom_chain_kernel(benchmark):
 def test_bloom_chain_reference(benchmark):
     benchmark(lambda: [j for j in range(63, -1, -1)
                        if ref.bloom_may_hold(CHAIN_LISTS[j], ABSENT, K)])
+
+
+SLOT_MAX_VALUE = SLOT_VBYTES - VERSION_OVERHEAD
+
+
+def _reference_slot_scan() -> list[tuple[int, int, int, int, int]]:
+    out = []
+    for i in range(BLOCKS):
+        for c in (0, 1):
+            at = ref.slot_copy_offset(i, c, BLOCKS, SLOT_VBYTES)
+            out.append(ref.slot_version(EXTENT[at:at + SLOT_VBYTES], i, SLOT_MAX_VALUE))
+    return out
+
+
+@pytest.mark.benchmark(group="slot scan (one odirect extent: 64 slots, 128 copies)")
+def test_slot_scan_kernel(benchmark):
+    benchmark(parse_slots, EXTENT, 0, BLOCKS, BLOCKS, SLOT_VBYTES, SLOT_MAX_VALUE)
+
+
+@pytest.mark.benchmark(group="slot scan (one odirect extent: 64 slots, 128 copies)")
+def test_slot_scan_reference(benchmark):
+    benchmark(_reference_slot_scan)

@@ -22,7 +22,21 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from sarp._core.hashing import xxh64
+from sarp._core.slot_versions import (
+    BAD,
+    DELETED,
+    EMPTY,
+    LIVE,
+    MAGIC,
+    VALID,
+    VERSION_OVERHEAD,
+    parse_slots,
+    parse_version,
+)
 from sarp.checks import check_int
 from sarp.errors import (
     BadLengthError,
@@ -48,28 +62,37 @@ KEY_MODES = ("dense", "sparse")
 #: the largest slot file a dense store grows to: 16 TiB, ext4's largest file (4 KiB blocks)
 MAX_FILE_BYTES = 1 << 44
 
-MAGIC = 0x5344524F  # b"ORDS" little-endian
-LIVE, DELETED = 1, 2
 _VERSION = struct.Struct("<IB3xQQI")  # magic, flags, key, seq, length; then value, u64 checksum
-VERSION_OVERHEAD = _VERSION.size + 8
 #: slots per extent: an extent holds the copies 0 of its slots, then their copies 1
 EXTENT_SLOTS = 64
-SCAN_BYTES = 2 << 20  # bytes per read when scanning the file (whole extents, at least one)
+#: bytes per read when scanning the file: whole extents, at least one, at most the file's; a
+#: larger read takes less time per byte from a fast device (a transient buffer of the open)
+SCAN_BYTES = 8 << 20
 RUN_BYTES = 1 << 20  # the most bytes one write of side-by-side versions takes
 #: the largest max_value_size (64 MiB): a slot's two copies are read and written whole
 MAX_VALUE_SIZE = 1 << 26
 #: slots written since the last sync, at most: past it a write syncs (bounds their memory)
 UNSYNCED_LIMIT = 1 << 16
 
-EMPTY, VALID, BAD = 0, 1, 2
 #: a parsed copy of a slot: (state, seq, flags, key, length)
 _State = tuple[int, int, int, int, int]
+#: ``parse_slots``' arrays, each (slots, 2): state, seq, flags, key, length, offset in the chunk
+_Parsed = tuple[npt.NDArray[Any], ...]
 
 
 def _bit(bits: bytes | bytearray, slot: int) -> int:
     """The newest-copy bit of ``slot`` in ``bits`` (0 past their end)."""
     i = slot >> 3
     return (bits[i] >> (slot & 7)) & 1 if i < len(bits) else 0
+
+
+def _bits(bits: bytes | bytearray, first: int, count: int) -> npt.NDArray[np.intp]:
+    """The newest-copy bits of slots ``first`` .. ``first + count - 1`` (0 past their end)."""
+    packed = np.frombuffer(bits[first >> 3:(first + count + 7) >> 3], np.uint8)
+    out = np.zeros(count, np.intp)
+    got = np.unpackbits(packed, bitorder="little")[first & 7:(first & 7) + count]
+    out[:len(got)] = got
+    return out
 
 
 class ODirectStore(RecordStore):
@@ -205,32 +228,9 @@ class ODirectStore(RecordStore):
         self._newer[i] = (self._newer[i] | bit) if copy else (self._newer[i] & ~bit)
 
     # -- versions ------------------------------------------------------------------------------
-    def _parse(self, buf: Any, off: int, slot: int) -> _State:
-        """(state, seq, flags, key, length) of the version at ``buf[off:]`` of ``slot``."""
-        magic, flags, key, seq, n = _VERSION.unpack_from(buf, off)
-        if magic == 0:
-            return EMPTY, 0, 0, 0, 0
-        end = off + _VERSION.size + n
-        if (magic != MAGIC or flags not in (LIVE, DELETED) or n > self._max_value
-                or struct.unpack_from("<Q", buf, end)[0] != xxh64(buf[off:end], slot)):
-            return BAD, 0, 0, 0, 0
-        return VALID, seq, flags, key, n
-
     def _states(self, buf: Any, offsets: tuple[int, int], slot: int) -> list[_State]:
-        """``_parse`` of ``slot``'s two copies, at ``offsets`` of ``buf``."""
-        return [self._parse(buf, off, slot) for off in offsets]
-
-    @staticmethod
-    def _newest(states: list[_State]) -> tuple[int, int, int, int, int, int]:
-        """(copy, seq, flags, key, length, bad copies) of the newest valid copy (-1: none) of
-        a slot whose copies parsed as ``states``."""
-        a, b = states
-        bad = (a[0] == BAD) + (b[0] == BAD)
-        if b[0] == VALID and (a[0] != VALID or b[1] > a[1]):
-            return (1, *b[1:], bad)
-        if a[0] == VALID:
-            return (0, *a[1:], bad)
-        return (-1, 0, 0, 0, 0, bad)
+        """The parsed versions of ``slot``'s two copies, at ``offsets`` of ``buf``."""
+        return [parse_version(buf, off, slot, self._max_value) for off in offsets]
 
     def _read_buffer(self) -> Any:
         buf = getattr(self._local, "buf", None)
@@ -338,35 +338,42 @@ class ODirectStore(RecordStore):
             return first
         return heapq.heappop(self._free)
 
-    def _iter_slots(self) -> Iterator[tuple[int, memoryview, tuple[int, int]]]:
-        """(slot, buffer, offsets of its copies 0 and 1 in the buffer) for every slot of the
-        file, read in large aligned chunks of whole extents; slot by slot where one extent
-        is larger than a chunk (large values), so that a scan's memory stays bounded."""
+    def _chunks(self) -> Iterator[tuple[int, Any, _Parsed]]:
+        """(first slot, buffer, ``parse_slots`` of the buffer) for every slot of the file, read
+        in large aligned chunks of whole extents, in order; slot by slot where one extent is
+        larger than a chunk (large values), so that a scan's memory stays bounded. Each buffer
+        is reused by the next chunk."""
         if not self._nslots:
             return
+        v, m = self._vbytes, self._max_value
         if self._extent_bytes > SCAN_BYTES:
-            buf = aligned_buffer(2 * self._vbytes)
-            view = memoryview(buf)
+            buf = aligned_buffer(2 * v)
             for slot in range(self._nslots):
-                self._read_copies(buf, slot)
-                yield slot, view, (0, self._vbytes)
+                self._read_copies(buf, slot)  # copy c at c * V: extents of one slot
+                yield slot, buf, parse_slots(buf, slot, 1, 1, v, m)
             return
-        extents = SCAN_BYTES // self._extent_bytes  # per read
+        extents = min(SCAN_BYTES // self._extent_bytes, -(-self._nslots // self._extent))
         chunk = aligned_buffer(extents * self._extent_bytes)
-        view = memoryview(chunk)
         step = extents * self._extent
         for first in range(0, self._nslots, step):
-            origin = self._offset(first, 0)
-            n = self._data.pread(chunk, origin)
+            n = self._data.pread(chunk, self._offset(first, 0))
             chunk[n:] = bytes(len(chunk) - n)
-            for slot in range(first, min(first + step, self._nslots)):
-                yield slot, view, (self._offset(slot, 0) - origin,
-                                   self._offset(slot, 1) - origin)
+            count = min(step, self._nslots - first)
+            yield first, chunk, parse_slots(chunk, first, count, self._extent, v, m)
+
+    @staticmethod
+    def _slot_states(parsed: _Parsed, i: int) -> list[_State]:
+        """The parsed versions of the two copies of the ``i``-th slot of a chunk."""
+        state, seq, flags, key, length = parsed[:5]
+        return [(int(state[i, c]), int(seq[i, c]), int(flags[i, c]), int(key[i, c]),
+                 int(length[i, c])) for c in (0, 1)]
 
     def _load_slots(self, repair: bool, saved: bytes | None = None) -> None:
         """Rebuild the newest-copy bits, the next sequence number and (sparse) the slot table
         and free list from every slot; after a crash, clear torn first writes. ``saved``: the
         bits of the clean close just before (sparse mode), whose copies must pass their checks.
+        Each chunk's versions are checked by ``parse_slots`` and picked here by array
+        operations; only the slots that need it are visited one by one.
 
         Sparse keys: a crash can leave one key in two slots (a delete, its slot taken by
         another key and the key put again, of which only the last write reached the device).
@@ -375,50 +382,75 @@ class ODirectStore(RecordStore):
         clear: list[int] = []  # slots zeroed: torn first writes, superseded live versions
         newest: dict[int, tuple[int, int, int]] = {}  # key -> (seq, slot, flags) of its newest
         self._newer = bytearray(-(-self._nslots // 8))
-        for slot, buf, offsets in self._iter_slots():
-            states = self._states(buf, offsets, slot)
+        for first, _, parsed in self._chunks():
+            state, seq, flags, key = parsed[:4]
+            rows = np.arange(len(state))
             if saved is not None:
-                self._served(states, slot, _bit(saved, slot))
-            copy, seq, flags, key, _, bad = self._newest(states)
-            if bad and copy < 0:
+                self._check_saved(parsed, first, saved)
+            valid = state == VALID
+            one = valid[:, 1] & (~valid[:, 0] | (seq[:, 1] > seq[:, 0]))  # copy 1 is newest
+            found = valid.any(axis=1)
+            self._or_newest_copies(first, one)
+            if found.any():
+                self._next_seq = max(self._next_seq, int(seq[valid].max()) + 1)
+            bad = (state == BAD).sum(axis=1)
+            for i in np.flatnonzero((bad > 0) & ~found).tolist():
                 if not repair:
-                    raise CorruptionError(f"slots.dat: slot {slot}: no version passes its checks")
-                if bad == 2:  # a crash tears at most one copy of a slot (see the clearing)
-                    raise CorruptionError(f"slots.dat: slot {slot}: both copies fail their "
-                                          "checks (damage, not a torn write)")
-                clear.append(slot)
-            if copy >= 0:
-                self._set_newest_copy(slot, copy)
-                self._next_seq = max(self._next_seq, seq + 1)
+                    raise CorruptionError(f"slots.dat: slot {first + i}: no version passes its "
+                                          "checks")
+                if bad[i] == 2:  # a crash tears at most one copy of a slot (see the clearing)
+                    raise CorruptionError(f"slots.dat: slot {first + i}: both copies fail "
+                                          "their checks (damage, not a torn write)")
+                clear.append(first + i)
             if not self._sparse:
                 continue
-            if copy < 0:
-                self._free.append(slot)
-                continue
-            older = newest.get(key)
-            if older is None or seq > older[0]:
-                newest[key], older = (seq, slot, flags), older
-            else:
-                older = (seq, slot, flags)
-            if older is not None:
-                self._free.append(older[1])
-                if older[2] == LIVE:
-                    clear.append(older[1])
-        for key, (_, slot, flags) in newest.items():
-            if flags == LIVE:
-                self._slot_of[key] = slot
+            self._free.extend((first + np.flatnonzero(~found)).tolist())
+            copy = one.astype(np.intp)  # each slot's newest copy
+            keys, seqs, flags_ = (a[rows, copy][found].tolist() for a in (key, seq, flags))
+            for i, k, s, f in zip(np.flatnonzero(found).tolist(), keys, seqs, flags_,
+                                  strict=True):
+                older = newest.get(k)
+                if older is None or s > older[0]:
+                    newest[k], older = (s, first + i, f), older
+                else:
+                    older = (s, first + i, f)
+                if older is not None:
+                    self._free.append(older[1])
+                    if older[2] == LIVE:
+                        clear.append(older[1])
+        for k, (_, slot, f) in newest.items():
+            if f == LIVE:
+                self._slot_of[k] = slot
             else:
                 self._free.append(slot)
         heapq.heapify(self._free)
         # never acknowledged, or superseded by an acknowledged version; one copy at a time,
         # synced, so that a crash while clearing tears at most one copy of a slot
         zero = aligned_buffer(self._vbytes)
-        for copy in (0, 1) if clear else ():
+        for c in (0, 1) if clear else ():
             for slot in clear:
-                self._data.pwrite(zero, self._offset(slot, copy))
+                self._data.pwrite(zero, self._offset(slot, c))
             self._data.fdatasync()
         for slot in clear:  # empty now, as a slot never written
             self._set_newest_copy(slot, 0)
+
+    def _check_saved(self, parsed: _Parsed, first: int, saved: bytes) -> None:
+        """Raise ``_served``'s CorruptionError for the first slot of the chunk whose copy
+        named by the ``saved`` bits is not served (fails its checks, or reads as empty)."""
+        state = parsed[0]
+        named = _bits(saved, first, len(state))
+        empty = (state == EMPTY).all(axis=1)
+        served = (state[np.arange(len(state)), named] == VALID) | (empty & (named == 0))
+        for i in np.flatnonzero(~served)[:1].tolist():
+            self._served(self._slot_states(parsed, i), first + i, int(named[i]))
+
+    def _or_newest_copies(self, first: int, one: npt.NDArray[np.bool_]) -> None:
+        """Set the newest-copy bits of slots ``first`` + i where ``one[i]``."""
+        lead = first & 7
+        packed = np.packbits(np.concatenate([np.zeros(lead, bool), one]), bitorder="little")
+        at = first >> 3
+        old = np.frombuffer(self._newer[at:at + len(packed)], np.uint8)
+        self._newer[at:at + len(packed)] = (old | packed).tobytes()
 
     # -- the record-store primitives -------------------------------------------------------------
     def _put_many(self, pairs: list[tuple[int, bytes]]) -> None:
@@ -458,7 +490,7 @@ class ODirectStore(RecordStore):
         running now may tear the copy it rewrites, or flip the bit), and served or raised."""
         buf = self._read_buffer()
         self._read(buf, slot, self._newest_copy(slot))
-        state, _, flags, found, n = self._parse(buf, 0, slot)
+        state, _, flags, found, n = parse_version(buf, 0, slot, self._max_value)
         start = _VERSION.size
         if state != VALID:
             offsets = (0, self._vbytes)
@@ -512,11 +544,12 @@ class ODirectStore(RecordStore):
     def _scan(self) -> Iterator[tuple[int, bytes]]:
         with self._lock:
             records = []
-            for slot, buf, offsets in self._iter_slots():
-                copy, flags, key, n = self._served(self._states(buf, offsets, slot), slot)
-                if copy >= 0 and flags == LIVE:
-                    start = offsets[copy] + _VERSION.size
-                    records.append((key, bytes(buf[start:start + n])))
+            for first, buf, parsed in self._chunks():
+                for i in range(len(parsed[0])):
+                    copy, flags, key, n = self._served(self._slot_states(parsed, i), first + i)
+                    if copy >= 0 and flags == LIVE:
+                        start = int(parsed[5][i, copy]) + _VERSION.size
+                        records.append((key, bytes(buf[start:start + n])))
         records.sort()
         return iter(records)
 

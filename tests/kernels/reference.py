@@ -212,3 +212,30 @@ def bloom_build(hashes: list[int], nwords: int, k: int) -> list[int]:
 
 def bloom_may_hold(words: list[int], h: int, k: int) -> bool:
     return all(words[pos // 64] >> (pos % 64) & 1 for pos in bloom_probes(h, len(words) * 64, k))
+
+
+SLOT_VERSION = struct.Struct("<IB3xQQI")
+SLOT_VERSION_MAGIC = 0x5344524F
+
+
+def slot_version(copy: bytes, slot: int, max_value: int) -> tuple[int, int, int, int, int]:
+    """(state, seq, flags, key, length) of one copy of an odirect slot (docs/odirect_format.txt):
+    state 0 (empty) if its magic is 0; 1 (valid) if its magic, its flags (1 or 2), its length
+    (at most ``max_value``) and the XXH64 of its bytes before the checksum, seeded with the
+    slot, all hold; else 2 (bad). The other fields are 0 unless the copy is valid."""
+    magic, flags, key, seq, n = SLOT_VERSION.unpack_from(copy)
+    if magic == 0:
+        return 0, 0, 0, 0, 0
+    end = SLOT_VERSION.size + n
+    if magic != SLOT_VERSION_MAGIC or flags not in (1, 2) or n > max_value:
+        return 2, 0, 0, 0, 0
+    if struct.unpack_from("<Q", copy, end)[0] != xxhash.xxh64_intdigest(copy[:end], slot):
+        return 2, 0, 0, 0, 0
+    return 1, seq, flags, key, n
+
+
+def slot_copy_offset(i: int, copy: int, extent: int, vbytes: int) -> int:
+    """Where copy ``copy`` of the ``i``-th slot from an extent's start lies: e*2*K*V +
+    (c*K + i)*V, with e and i the slot's extent and place in it."""
+    e, i = divmod(i, extent)
+    return e * 2 * extent * vbytes + (copy * extent + i) * vbytes

@@ -1,0 +1,143 @@
+"""The versions of odirect's slots (docs/odirect_format.txt): the checks of one version, and of
+both copies of every slot in a chunk of the slot file, which a scan at open reads whole.
+
+A version: u32 magic, u8 flags, 3 bytes of padding, u64 key, u64 sequence number, u32 value
+length, the value, then the u64 XXH64 (seeded with the slot number) of everything before it.
+A copy whose magic is 0 is empty (never written, or cleared).
+"""
+
+import numpy as np
+
+cimport numpy as cnp
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+
+cnp.import_array()
+
+
+cdef extern from "xxh64.h" nogil:
+    uint64_t sarp_xxh64(const void* p, size_t n, uint64_t seed)
+
+
+cdef extern from "endian.h" nogil:
+    uint64_t sarp_read_le64(const unsigned char* p)
+    uint32_t sarp_read_le32(const unsigned char* p)
+
+
+cdef enum:
+    _MAGIC = 0x5344524F  # b"ORDS" little-endian
+    _HEADER = 28  # bytes before the value
+    _EMPTY = 0
+    _VALID = 1
+    _BAD = 2
+    _LIVE = 1
+    _DELETED = 2
+
+#: a version's magic
+MAGIC = _MAGIC
+#: bytes of a version before its value, and its bytes besides the value (the checksum too)
+VERSION_HEADER = _HEADER
+VERSION_OVERHEAD = _HEADER + 8
+#: a version's flags: a live record, or a delete of one
+LIVE = _LIVE
+DELETED = _DELETED
+#: what a copy parses as: empty (magic 0), a version passing its checks, or one failing them
+EMPTY = _EMPTY
+VALID = _VALID
+BAD = _BAD
+
+
+cdef uint8_t parse(const unsigned char* p, uint64_t slot, uint32_t max_value, uint64_t* seq,
+                   uint8_t* flags, uint64_t* key, uint32_t* length) noexcept nogil:
+    """The state of the copy at ``p`` of ``slot``, which holds at least ``max_value`` +
+    VERSION_OVERHEAD bytes; a valid version's fields go to the pointers, else zeros."""
+    cdef uint32_t magic = sarp_read_le32(p)
+    cdef uint32_t n = sarp_read_le32(p + 24)
+    seq[0] = key[0] = 0
+    flags[0] = 0
+    length[0] = 0
+    if magic == 0:
+        return _EMPTY
+    if (magic != _MAGIC or (p[4] != _LIVE and p[4] != _DELETED) or n > max_value
+            or sarp_read_le64(p + _HEADER + n) != sarp_xxh64(p, _HEADER + n, slot)):
+        return _BAD
+    flags[0] = p[4]
+    key[0] = sarp_read_le64(p + 8)
+    seq[0] = sarp_read_le64(p + 16)
+    length[0] = n
+    return _VALID
+
+
+cdef Py_ssize_t get_buffer(object buf, Py_buffer* view) except -1:
+    try:
+        PyObject_GetBuffer(buf, view, PyBUF_SIMPLE)
+    except (TypeError, BufferError, ValueError) as exc:
+        raise TypeError(f"buf must be a contiguous bytes-like object: {exc}") from None
+    return view.len
+
+
+def parse_version(buf, Py_ssize_t off, uint64_t slot, uint32_t max_value):
+    """(state, seq, flags, key, length) of the copy at ``buf[off:]`` of ``slot``; state is
+    EMPTY, VALID or BAD, and the other fields are 0 unless VALID. ``buf[off:]`` must hold
+    ``max_value`` + VERSION_OVERHEAD bytes, as a copy does."""
+    cdef Py_buffer view
+    cdef uint64_t seq, key
+    cdef uint8_t flags, state
+    cdef uint32_t n
+    get_buffer(buf, &view)
+    try:
+        if off < 0 or off + <Py_ssize_t>max_value + VERSION_OVERHEAD > view.len:
+            raise ValueError(f"off must leave max_value + {VERSION_OVERHEAD} bytes of the "
+                             f"{view.len}-byte buf, got {off}")
+        state = parse(<const unsigned char*>view.buf + off, slot, max_value, &seq, &flags, &key,
+                      &n)
+    finally:
+        PyBuffer_Release(&view)
+    return state, seq, flags, key, n
+
+
+def parse_slots(buf, uint64_t first, Py_ssize_t count, Py_ssize_t extent, Py_ssize_t vbytes,
+                uint32_t max_value):
+    """Parse both copies of slots ``first`` .. ``first + count - 1``, read into ``buf`` from
+    the start of ``first``'s extent: extents of ``extent`` slots, each holding the copies 0 of
+    its slots, then their copies 1, each copy ``vbytes`` bytes. Returns arrays (state, seq,
+    flags, key, length, offset) of shape (count, 2): [i, c] is copy c of slot first + i, and
+    offset is where that copy lies in ``buf``."""
+    if extent < 1:
+        raise ValueError(f"extent must be at least 1, got {extent}")
+    if count < 0:
+        raise ValueError(f"count must be at least 0, got {count}")
+    if vbytes < <Py_ssize_t>max_value + VERSION_OVERHEAD:
+        raise ValueError(f"vbytes must be at least max_value + {VERSION_OVERHEAD}, got {vbytes}")
+    if first % <uint64_t>extent:
+        raise ValueError(f"first must start an extent of {extent} slots, got {first}")
+    cdef cnp.ndarray state = np.empty((count, 2), dtype=np.uint8)
+    cdef cnp.ndarray seq = np.empty((count, 2), dtype=np.uint64)
+    cdef cnp.ndarray flags = np.empty((count, 2), dtype=np.uint8)
+    cdef cnp.ndarray key = np.empty((count, 2), dtype=np.uint64)
+    cdef cnp.ndarray length = np.empty((count, 2), dtype=np.uint32)
+    cdef cnp.ndarray offset = np.empty((count, 2), dtype=np.int64)
+    cdef uint8_t* st = <uint8_t*>cnp.PyArray_DATA(state)
+    cdef uint64_t* sq = <uint64_t*>cnp.PyArray_DATA(seq)
+    cdef uint8_t* fl = <uint8_t*>cnp.PyArray_DATA(flags)
+    cdef uint64_t* ky = <uint64_t*>cnp.PyArray_DATA(key)
+    cdef uint32_t* ln = <uint32_t*>cnp.PyArray_DATA(length)
+    cdef int64_t* at = <int64_t*>cnp.PyArray_DATA(offset)
+    cdef Py_buffer view
+    cdef Py_ssize_t i, c, j, need = -(-count // extent) * extent * 2 * vbytes
+    cdef const unsigned char* base
+    get_buffer(buf, &view)
+    try:
+        if view.len < need:
+            raise ValueError(f"buf must hold {need} bytes for {count} slots, got {view.len}")
+        base = <const unsigned char*>view.buf
+        with nogil:
+            for i in range(count):
+                for c in range(2):
+                    j = 2 * i + c
+                    at[j] = ((i // extent) * 2 * extent + c * extent + i % extent) * vbytes
+                    st[j] = parse(base + at[j], first + <uint64_t>i, max_value, &sq[j], &fl[j],
+                                  &ky[j], &ln[j])
+    finally:
+        PyBuffer_Release(&view)
+    return state, seq, flags, key, length, offset

@@ -1,0 +1,113 @@
+"""odirect's slot versions (sarp._core.slot_versions) against the reference parse."""
+
+import struct
+
+import numpy as np
+import pytest
+import xxhash
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sarp._core.slot_versions import (
+    BAD,
+    EMPTY,
+    VALID,
+    VERSION_HEADER,
+    VERSION_OVERHEAD,
+    parse_slots,
+    parse_version,
+)
+
+from . import reference as ref
+
+V = 96  # bytes per copy
+MAX_VALUE = V - VERSION_OVERHEAD - 4
+#: how a drawn copy is written: whole, or spoilt in one field
+KINDS = ("valid", "deleted", "empty", "magic0", "magic", "flags", "length", "value", "checksum",
+         "seed")
+
+
+def version(slot: int, kind: str, key: int, seq: int, value: bytes) -> bytes:
+    """One copy of ``slot``, V bytes, written as ``kind`` says."""
+    if kind == "empty":
+        return bytes(V)
+    flags = {"deleted": 2, "flags": 3}.get(kind, 1)
+    n = MAX_VALUE + 1 if kind == "length" else len(value)
+    head = ref.SLOT_VERSION.pack(0x5344524F, flags, key, seq, n) + value
+    body = bytearray(head + struct.pack("<Q", xxhash.xxh64_intdigest(
+        head, slot + (kind == "seed"))))
+    if kind == "magic0":
+        body[0:4] = bytes(4)  # whatever follows, a zero magic is an empty copy
+    elif kind == "magic":
+        body[0] ^= 1
+    elif kind == "value" and value:
+        body[VERSION_HEADER] ^= 0x80
+    elif kind == "checksum":
+        body[-1] ^= 1
+    return bytes(body[:V]).ljust(V, b"\xee")
+
+
+def test_constants_agree_with_the_reference():
+    assert VERSION_HEADER == ref.SLOT_VERSION.size and VERSION_OVERHEAD == VERSION_HEADER + 8
+    assert (EMPTY, VALID, BAD) == (0, 1, 2)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_kind_of_copy_parses_as_written(kind):
+    copy = version(7, kind, key=2**64 - 3, seq=41, value=b"abc")
+    want = {"valid": (VALID, 41, 1, 2**64 - 3, 3), "deleted": (VALID, 41, 2, 2**64 - 3, 3),
+            "empty": (EMPTY, 0, 0, 0, 0), "magic0": (EMPTY, 0, 0, 0, 0)}.get(
+        kind, (BAD, 0, 0, 0, 0))
+    assert parse_version(copy, 0, 7, MAX_VALUE) == want
+    assert ref.slot_version(copy, 7, MAX_VALUE) == want
+
+
+@given(st.data())
+def test_a_chunk_parses_as_each_copy_alone(data):
+    extent = data.draw(st.integers(1, 5), "extent")
+    first = extent * data.draw(st.integers(0, 3), "first extent")
+    count = data.draw(st.integers(0, 3 * extent), "count")
+    buf = bytearray(-(-count // extent) * 2 * extent * V + data.draw(st.integers(0, 50)))
+    for i in range(count):
+        for c in (0, 1):
+            kind = data.draw(st.sampled_from(KINDS))
+            value = data.draw(st.binary(max_size=MAX_VALUE))
+            key, seq = data.draw(st.integers(0, 2**64 - 1)), data.draw(st.integers(0, 2**64 - 1))
+            at = ref.slot_copy_offset(i, c, extent, V)
+            buf[at:at + V] = version(first + i, kind, key, seq, value)
+    state, seq_, flags, key_, length, offset = parse_slots(bytes(buf), first, count, extent, V,
+                                                           MAX_VALUE)
+    for arr in (state, seq_, flags, key_, length, offset):
+        assert arr.shape == (count, 2)
+    for i in range(count):
+        for c in (0, 1):
+            at = ref.slot_copy_offset(i, c, extent, V)
+            want = ref.slot_version(bytes(buf[at:at + V]), first + i, MAX_VALUE)
+            got = (state[i, c], seq_[i, c], flags[i, c], key_[i, c], length[i, c])
+            assert tuple(int(x) for x in got) == want
+            assert parse_version(buf, at, first + i, MAX_VALUE) == want
+            assert offset[i, c] == at
+
+
+def test_bad_arguments_are_refused():
+    buf = bytes(2 * 4 * V)
+    with pytest.raises(ValueError, match="extent"):
+        parse_slots(buf, 0, 1, 0, V, MAX_VALUE)
+    with pytest.raises(ValueError, match="count"):
+        parse_slots(buf, 0, -1, 4, V, MAX_VALUE)
+    with pytest.raises(ValueError, match="vbytes"):
+        parse_slots(buf, 0, 1, 4, V, V - VERSION_OVERHEAD + 1)
+    with pytest.raises(ValueError, match="first"):
+        parse_slots(buf, 2, 1, 4, V, MAX_VALUE)
+    with pytest.raises(ValueError, match="buf must hold"):
+        parse_slots(buf[:-1], 0, 4, 4, V, MAX_VALUE)
+    with pytest.raises(TypeError, match="buf"):
+        parse_slots("text", 0, 0, 4, V, MAX_VALUE)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="off"):
+        parse_version(bytes(V), 1, 0, V - VERSION_OVERHEAD)
+    with pytest.raises(ValueError, match="off"):
+        parse_version(bytes(V), -1, 0, MAX_VALUE)
+    with pytest.raises(TypeError, match="buf"):
+        parse_version(None, 0, 0, MAX_VALUE)  # type: ignore[arg-type]
+    empty = parse_slots(b"", 0, 0, 4, V, MAX_VALUE)
+    assert all(isinstance(a, np.ndarray) and a.shape == (0, 2) for a in empty)
