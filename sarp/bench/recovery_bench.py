@@ -130,7 +130,7 @@ def _index_row(name: str, backend: str, blocks: int, copies: int, base: list[np.
     row = {"blocks": blocks, "design": name, "backend": store if design.ssd else "dram",
            "recovery_s": rec.get("total_s", rec.get("seconds")), "build_s": build_s,
            "snapshot_bytes": snap.get("bytes", snap.get("bytes_written"))}
-    row.update({k: rec.get(k) for k in (*RECOVERY_STAGES, "first_insert_s")})
+    row.update({k: rec.get(k) for k in (*RECOVERY_STAGES, "store_bytes_read", "first_insert_s")})
     row.update(crash)
     return row
 
@@ -148,11 +148,20 @@ def _median_reopen(design: Design, path: Path, setup: Setup, repeat: int,
             copy_tree(copy_of, path)
         drop_page_cache(path)
         with design.open(path, setup) as reopened:
-            reports.append(dict(reopened.recovery))
+            report = dict(reopened.recovery)
+            report["store_bytes_read"] = _store_bytes_read(reopened)
+            reports.append(report)
     if copy_of is not None:
         shutil.rmtree(path)
     reports.sort(key=lambda r: r["total_s"] if "total_s" in r else r["seconds"])
     return reports[len(reports) // 2]
+
+
+def _store_bytes_read(index: Any) -> int | None:
+    """Bytes the record store of a just opened ``index`` has read: its open's reads. None
+    where it keeps no store or its engine does its own I/O (WiredTiger, RocksDB)."""
+    store = index.stats().get("store")
+    return store["io"]["bytes_read"] if isinstance(store, dict) and "io" in store else None
 
 
 def _crash_reopens(path: Path, setup: Setup, base: list[np.ndarray], copies: int,
@@ -171,7 +180,8 @@ def _crash_reopens(path: Path, setup: Setup, base: list[np.ndarray], copies: int
                          copy_of=path)
     return {"crash_recovery_s": rec["total_s"], "crash_store_open_s": rec["store_open_s"],
             "crash_journal_replay_s": rec["journal_replay_s"],
-            "crash_journal_records": rec["journal_records"]}
+            "crash_journal_records": rec["journal_records"],
+            "crash_store_bytes_read": rec["store_bytes_read"]}
 
 
 def _insert_and_die(path: str, setup: Setup, base: list[np.ndarray], first_copy: int,

@@ -265,9 +265,10 @@ def _recovery_section(rec: dict[str, Any]) -> list[str]:
     lines = ["", "## Recovery anchor: restart until ready, at the same number of blocks", ""]
     lines += [f"- {n}" for n in rec.get("notes", [])]
     fields = ["recovery_s", "store_open_s", "snapshot_load_s", "deserialize_s", "rebuild_s",
-              "journal_replay_s", "bytes_read", "snapshot_bytes", "physical_s", "first_insert_s",
-              "build_s", "crash_recovery_s", "crash_store_open_s", "crash_journal_replay_s",
-              "crash_journal_records"]
+              "journal_replay_s", "bytes_read", "store_bytes_read", "snapshot_bytes",
+              "physical_s", "first_insert_s", "build_s", "crash_recovery_s",
+              "crash_store_open_s", "crash_journal_replay_s", "crash_journal_records",
+              "crash_store_bytes_read"]
     lines += ["", table(["blocks", "design", "backend", *fields],
                         [[r["blocks"], _label(r["design"]), r.get("backend"),
                           *(r.get(f) for f in fields)] for r in rec.get("rows", [])])]

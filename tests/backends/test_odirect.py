@@ -184,8 +184,10 @@ def test_a_store_of_the_layout_before_extents_is_refused_by_name(tmp_path: Path)
         _open(path)
 
 
-# slot by slot (an extent is larger than a read); one extent per read; several
-@pytest.mark.parametrize("scan_bytes", [1, EXTENT_SLOTS * 2 * 4096, 2 << 20])
+# slot by slot (an extent is larger than a read); one extent per read; three, then the last;
+# the whole file in one read
+@pytest.mark.parametrize("scan_bytes", [1, EXTENT_SLOTS * 2 * 4096, 3 * EXTENT_SLOTS * 2 * 4096,
+                                        8 << 20])
 def test_a_scan_across_reads_of_whole_extents_finds_every_newest_version(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scan_bytes: int) -> None:
     """A sparse store rebuilds its slot table by scanning at open; the scan reads whole extents
