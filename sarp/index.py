@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, SupportsFloat, SupportsIndex
 
 import numpy as np
 
@@ -536,9 +536,10 @@ def _last_record(io: FileIO, path: Path) -> int:
 
 
 def open(path: str | os.PathLike, backend: str | None = None, *,
-         memory_budget: int = 64 << 20, durability: str = "sync", direct_io: bool = True,
-         background: bool = False, snapshot_every_inserts: int = 0,
-         snapshot_every_seconds: float = 0.0, snapshot_on_close: bool = True,
+         memory_budget: SupportsIndex = 64 << 20, durability: str = "sync",
+         direct_io: bool = True, background: bool = False,
+         snapshot_every_inserts: SupportsIndex = 0, snapshot_every_seconds: SupportsFloat = 0.0,
+         snapshot_on_close: bool = True,
          store_options: Mapping[str, Any] | None = None, _rebuild: bool = False,
          _salvage: bool = False, _io: FileIO | None = None, **config: Any) -> Index:
     """Create an index at ``path``, or reopen (recover) the one there.

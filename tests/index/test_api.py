@@ -204,7 +204,7 @@ class _Int:
     def __init__(self, n):
         self.n = n
 
-    def __index__(self):
+    def __index__(self) -> int:
         return self.n
 
 
@@ -212,9 +212,9 @@ def test_the_snapshot_schedule_is_used_as_checked(tmp_path):
     """An ``__index__`` object or numpy number for the schedule is taken as the int or float
     it was checked as: the insert it makes due takes a snapshot, never a TypeError after the
     insert was applied."""
-    schedule: dict[str, Any] = dict(snapshot_every_inserts=_Int(2), memory_budget=np.int64(1 << 20),
-                                    snapshot_every_seconds=np.float32(3600))
-    with sarp.open(tmp_path / "i", backend="memory", **schedule) as idx:
+    with sarp.open(tmp_path / "i", backend="memory", snapshot_every_inserts=_Int(2),
+                   memory_budget=np.int64(1 << 20),
+                   snapshot_every_seconds=np.float32(3600)) as idx:
         for i in range(4):
             idx.insert(tokens=np.arange(i * 1000, i * 1000 + 64))
         assert idx.counters["snapshots"] == 2
