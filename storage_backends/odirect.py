@@ -25,17 +25,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from sarp._core.hashing import xxh64
 from sarp._core.slot_versions import (
     BAD,
     DELETED,
     EMPTY,
     LIVE,
-    MAGIC,
     VALID,
+    VERSION_HEADER,
     VERSION_OVERHEAD,
     parse_slots,
     parse_version,
+    write_version,
 )
 from sarp.checks import check_int
 from sarp.errors import (
@@ -62,7 +62,6 @@ KEY_MODES = ("dense", "sparse")
 #: the largest slot file a dense store grows to: 16 TiB, ext4's largest file (4 KiB blocks)
 MAX_FILE_BYTES = 1 << 44
 
-_VERSION = struct.Struct("<IB3xQQI")  # magic, flags, key, seq, length; then value, u64 checksum
 #: slots per extent: an extent holds the copies 0 of its slots, then their copies 1
 EXTENT_SLOTS = 64
 #: bytes per read when scanning the file: whole extents, at least one, at most the file's; a
@@ -286,12 +285,7 @@ class ODirectStore(RecordStore):
             self._wbuf = aligned_buffer(len(run) * v)
         w = memoryview(self._wbuf)[:len(run) * v]
         for i, (_, slot, _, flags, key, value) in enumerate(run):
-            at = i * v
-            end = at + _VERSION.size + len(value)
-            _VERSION.pack_into(w, at, MAGIC, flags, key, self._next_seq + i, len(value))
-            w[at + _VERSION.size:end] = value
-            struct.pack_into("<Q", w, end, xxh64(w[at:end], slot))
-            w[end + 8:at + v] = bytes(at + v - end - 8)
+            write_version(w, i * v, v, slot, flags, key, self._next_seq + i, value)
         try:
             self._data.pwrite(w, run[0][0])
         except OSError as e:
@@ -491,7 +485,7 @@ class ODirectStore(RecordStore):
         buf = self._read_buffer()
         self._read(buf, slot, self._newest_copy(slot))
         state, _, flags, found, n = parse_version(buf, 0, slot, self._max_value)
-        start = _VERSION.size
+        start = VERSION_HEADER
         if state != VALID:
             offsets = (0, self._vbytes)
             self._read_copies(buf, slot)
@@ -548,7 +542,7 @@ class ODirectStore(RecordStore):
                 for i in range(len(parsed[0])):
                     copy, flags, key, n = self._served(self._slot_states(parsed, i), first + i)
                     if copy >= 0 and flags == LIVE:
-                        start = int(parsed[5][i, copy]) + _VERSION.size
+                        start = int(parsed[5][i, copy]) + VERSION_HEADER
                         records.append((key, bytes(buf[start:start + n])))
         records.sort()
         return iter(records)

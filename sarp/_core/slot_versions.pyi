@@ -11,6 +11,11 @@ EMPTY: int
 VALID: int
 BAD: int
 
+def write_version(
+    buf: Buffer, off: int, vbytes: int, slot: int, flags: int, key: int, seq: int, value: Buffer
+) -> None:
+    """Write a version of ``slot`` into the copy ``buf[off:off + vbytes]``, zero-padded."""
+
 def parse_version(
     buf: Buffer, off: int, slot: int, max_value: int
 ) -> tuple[int, int, int, int, int]:

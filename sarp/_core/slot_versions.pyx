@@ -1,5 +1,6 @@
-"""The versions of odirect's slots (docs/odirect_format.txt): the checks of one version, and of
-both copies of every slot in a chunk of the slot file, which a scan at open reads whole.
+"""The versions of odirect's slots (docs/odirect_format.txt): writing one, the checks of one,
+and those of both copies of every slot in a chunk of the slot file, which a scan at open reads
+whole.
 
 A version: u32 magic, u8 flags, 3 bytes of padding, u64 key, u64 sequence number, u32 value
 length, the value, then the u64 XXH64 (seeded with the slot number) of everything before it.
@@ -9,8 +10,9 @@ A copy whose magic is 0 is empty (never written, or cleared).
 import numpy as np
 
 cimport numpy as cnp
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcpy, memset
 
 cnp.import_array()
 
@@ -22,11 +24,14 @@ cdef extern from "xxh64.h" nogil:
 cdef extern from "endian.h" nogil:
     uint64_t sarp_read_le64(const unsigned char* p)
     uint32_t sarp_read_le32(const unsigned char* p)
+    void sarp_write_le64(unsigned char* p, uint64_t x)
+    void sarp_write_le32(unsigned char* p, uint32_t x)
 
 
 cdef enum:
     _MAGIC = 0x5344524F  # b"ORDS" little-endian
     _HEADER = 28  # bytes before the value
+    _OVERHEAD = 36  # bytes besides the value: the header and the checksum
     _EMPTY = 0
     _VALID = 1
     _BAD = 2
@@ -37,7 +42,7 @@ cdef enum:
 MAGIC = _MAGIC
 #: bytes of a version before its value, and its bytes besides the value (the checksum too)
 VERSION_HEADER = _HEADER
-VERSION_OVERHEAD = _HEADER + 8
+VERSION_OVERHEAD = _OVERHEAD
 #: a version's flags: a live record, or a delete of one
 LIVE = _LIVE
 DELETED = _DELETED
@@ -68,12 +73,49 @@ cdef uint8_t parse(const unsigned char* p, uint64_t slot, uint32_t max_value, ui
     return _VALID
 
 
-cdef Py_ssize_t get_buffer(object buf, Py_buffer* view) except -1:
+cdef Py_ssize_t get_buffer(object buf, Py_buffer* view, str name="buf",
+                           int flags=PyBUF_SIMPLE) except -1:
     try:
-        PyObject_GetBuffer(buf, view, PyBUF_SIMPLE)
+        PyObject_GetBuffer(buf, view, flags)
     except (TypeError, BufferError, ValueError) as exc:
-        raise TypeError(f"buf must be a contiguous bytes-like object: {exc}") from None
+        what = "writable " if flags & PyBUF_WRITABLE else ""
+        raise TypeError(f"{name} must be a contiguous {what}bytes-like object: {exc}") from None
     return view.len
+
+
+def write_version(buf, Py_ssize_t off, Py_ssize_t vbytes, uint64_t slot, uint8_t flags,
+                  uint64_t key, uint64_t seq, value):
+    """Write a version of ``slot`` into the copy ``buf[off:off + vbytes]``: its header,
+    ``value``, the checksum, then zeros to the copy's end."""
+    if flags != _LIVE and flags != _DELETED:
+        raise ValueError(f"flags must be LIVE ({_LIVE}) or DELETED ({_DELETED}), got {flags}")
+    cdef Py_buffer out, val
+    cdef unsigned char* p
+    cdef Py_ssize_t n
+    get_buffer(value, &val, "value")
+    try:
+        n = val.len
+        if n + _OVERHEAD > vbytes:
+            raise ValueError(f"value of {n} bytes does not fit a copy of vbytes={vbytes}")
+        get_buffer(buf, &out, "buf", PyBUF_WRITABLE)
+        try:
+            if off < 0 or off + vbytes > out.len:
+                raise ValueError(f"off must leave vbytes={vbytes} bytes of the {out.len}-byte "
+                                 f"buf, got {off}")
+            p = <unsigned char*>out.buf + off
+            sarp_write_le32(p, _MAGIC)
+            p[4] = flags
+            memset(p + 5, 0, 3)
+            sarp_write_le64(p + 8, key)
+            sarp_write_le64(p + 16, seq)
+            sarp_write_le32(p + 24, <uint32_t>n)
+            memcpy(p + _HEADER, val.buf, n)
+            sarp_write_le64(p + _HEADER + n, sarp_xxh64(p, _HEADER + n, slot))
+            memset(p + _OVERHEAD + n, 0, vbytes - _OVERHEAD - n)
+        finally:
+            PyBuffer_Release(&out)
+    finally:
+        PyBuffer_Release(&val)
 
 
 def parse_version(buf, Py_ssize_t off, uint64_t slot, uint32_t max_value):
@@ -86,7 +128,7 @@ def parse_version(buf, Py_ssize_t off, uint64_t slot, uint32_t max_value):
     cdef uint32_t n
     get_buffer(buf, &view)
     try:
-        if off < 0 or off + <Py_ssize_t>max_value + VERSION_OVERHEAD > view.len:
+        if off < 0 or off + <Py_ssize_t>max_value + _OVERHEAD > view.len:
             raise ValueError(f"off must leave max_value + {VERSION_OVERHEAD} bytes of the "
                              f"{view.len}-byte buf, got {off}")
         state = parse(<const unsigned char*>view.buf + off, slot, max_value, &seq, &flags, &key,
@@ -107,7 +149,7 @@ def parse_slots(buf, uint64_t first, Py_ssize_t count, Py_ssize_t extent, Py_ssi
         raise ValueError(f"extent must be at least 1, got {extent}")
     if count < 0:
         raise ValueError(f"count must be at least 0, got {count}")
-    if vbytes < <Py_ssize_t>max_value + VERSION_OVERHEAD:
+    if vbytes < <Py_ssize_t>max_value + _OVERHEAD:
         raise ValueError(f"vbytes must be at least max_value + {VERSION_OVERHEAD}, got {vbytes}")
     if first % <uint64_t>extent:
         raise ValueError(f"first must start an extent of {extent} slots, got {first}")

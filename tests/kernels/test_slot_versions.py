@@ -16,6 +16,7 @@ from sarp._core.slot_versions import (
     VERSION_OVERHEAD,
     parse_slots,
     parse_version,
+    write_version,
 )
 
 from . import reference as ref
@@ -87,6 +88,37 @@ def test_a_chunk_parses_as_each_copy_alone(data):
             assert tuple(int(x) for x in got) == want
             assert parse_version(buf, at, first + i, MAX_VALUE) == want
             assert offset[i, c] == at
+
+
+@given(st.integers(0, 2**64 - 1), st.sampled_from([1, 2]), st.integers(0, 2**64 - 1),
+       st.integers(0, 2**64 - 1), st.binary(max_size=V - VERSION_OVERHEAD), st.integers(0, 3))
+def test_a_written_version_is_the_documented_bytes_and_parses_back(slot, flags, key, seq, value,
+                                                                    at):
+    buf = bytearray(b"\xee" * (at + V + 5))
+    write_version(buf, at, V, slot, flags, key, seq, value)
+    head = ref.SLOT_VERSION.pack(ref.SLOT_VERSION_MAGIC, flags, key, seq, len(value)) + value
+    want = head + xxhash.xxh64_intdigest(head, slot).to_bytes(8, "little")
+    assert bytes(buf[at:at + V]) == want.ljust(V, b"\0")
+    assert buf[:at] == b"\xee" * at and buf[at + V:] == b"\xee" * 5  # nothing else written
+    max_value = V - VERSION_OVERHEAD
+    assert parse_version(buf, at, slot, max_value) == (VALID, seq, flags, key, len(value))
+
+
+def test_a_version_that_cannot_be_written_is_refused():
+    buf = bytearray(2 * V)
+    with pytest.raises(ValueError, match="flags"):
+        write_version(buf, 0, V, 1, 3, 0, 0, b"")
+    with pytest.raises(ValueError, match="value of"):
+        write_version(buf, 0, V, 1, 1, 0, 0, bytes(V - VERSION_OVERHEAD + 1))
+    with pytest.raises(ValueError, match="off"):
+        write_version(buf, V + 1, V, 1, 1, 0, 0, b"x")
+    with pytest.raises(ValueError, match="off"):
+        write_version(buf, -1, V, 1, 1, 0, 0, b"x")
+    with pytest.raises(TypeError, match="writable"):
+        write_version(bytes(2 * V), 0, V, 1, 1, 0, 0, b"x")
+    with pytest.raises(TypeError, match="value"):
+        write_version(buf, 0, V, 1, 1, 0, 0, "text")  # type: ignore[arg-type]
+    assert buf == bytearray(2 * V)
 
 
 def test_bad_arguments_are_refused():
