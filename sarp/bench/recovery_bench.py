@@ -158,8 +158,10 @@ def _median_reopen(design: Design, path: Path, setup: Setup, repeat: int,
 
 
 def _store_bytes_read(index: Any) -> int | None:
-    """Bytes the record store of a just opened ``index`` has read: its open's reads. None
-    where it keeps no store or its engine does its own I/O (WiredTiger, RocksDB)."""
+    """Bytes the record store of a just opened ``index`` has read: its own open's reads, and
+    the records the index's recovery read from it (after a crash, the segments the journal
+    replay reads). None where it keeps no store or its engine does its own I/O (WiredTiger,
+    RocksDB)."""
     store = index.stats().get("store")
     return store["io"]["bytes_read"] if isinstance(store, dict) and "io" in store else None
 
