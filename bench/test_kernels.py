@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import xxhash
 
 from sarp._core.blockids import chain_block_ids, namespace_seed
 from sarp._core.bloom import K, build, newest_hit
@@ -73,11 +72,9 @@ def _extent(slots: int, vbytes: int, value: bytes) -> bytes:
     buf = bytearray(2 * slots * vbytes)
     for i in range(slots):
         for c in (0, 1) if i % 2 else (0,):
-            head = ref.SLOT_VERSION.pack(ref.SLOT_VERSION_MAGIC, 1, i, 2 * i + c, len(value))
-            body = head + value
+            body = ref.slot_version_bytes(i, 1, i, 2 * i + c, value)
             at = ref.slot_copy_offset(i, c, slots, vbytes)
-            checksum = xxhash.xxh64_intdigest(body, i).to_bytes(8, "little")
-            buf[at:at + len(body) + 8] = body + checksum
+            buf[at:at + len(body)] = body
     return bytes(buf)
 
 

@@ -218,6 +218,18 @@ SLOT_VERSION = struct.Struct("<IB3xQQI")
 SLOT_VERSION_MAGIC = 0x5344524F
 
 
+def slot_version_bytes(slot: int, flags: int, key: int, seq: int, value: bytes,
+                       length: int | None = None, seed: int | None = None) -> bytes:
+    """A version of ``slot`` as docs/odirect_format.txt lays it out: magic, flags, key, seq,
+    length, ``value``, then the XXH64 of everything before, seeded with the slot. ``length``
+    and ``seed``, when given, replace the length field and the checksum's seed (to write
+    spoilt versions)."""
+    n = len(value) if length is None else length
+    head = SLOT_VERSION.pack(SLOT_VERSION_MAGIC, flags, key, seq, n) + value
+    checksum = xxhash.xxh64_intdigest(head, slot if seed is None else seed)
+    return head + struct.pack("<Q", checksum)
+
+
 def slot_version(copy: bytes, slot: int, max_value: int) -> tuple[int, int, int, int, int]:
     """(state, seq, flags, key, length) of one copy of an odirect slot (docs/odirect_format.txt):
     state 0 (empty) if its magic is 0; 1 (valid) if its magic, its flags (1 or 2), its length

@@ -1,10 +1,8 @@
 """odirect's slot versions (sarp._core.slot_versions) against the reference parse."""
 
-import struct
 
 import numpy as np
 import pytest
-import xxhash
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -33,10 +31,9 @@ def version(slot: int, kind: str, key: int, seq: int, value: bytes) -> bytes:
     if kind == "empty":
         return bytes(V)
     flags = {"deleted": 2, "flags": 3}.get(kind, 1)
-    n = MAX_VALUE + 1 if kind == "length" else len(value)
-    head = ref.SLOT_VERSION.pack(0x5344524F, flags, key, seq, n) + value
-    body = bytearray(head + struct.pack("<Q", xxhash.xxh64_intdigest(
-        head, slot + (kind == "seed"))))
+    body = bytearray(ref.slot_version_bytes(
+        slot, flags, key, seq, value, length=MAX_VALUE + 1 if kind == "length" else None,
+        seed=slot + 1 if kind == "seed" else None))
     if kind == "magic0":
         body[0:4] = bytes(4)  # whatever follows, a zero magic is an empty copy
     elif kind == "magic":
@@ -96,8 +93,7 @@ def test_a_written_version_is_the_documented_bytes_and_parses_back(slot, flags, 
                                                                     at):
     buf = bytearray(b"\xee" * (at + V + 5))
     write_version(buf, at, V, slot, flags, key, seq, value)
-    head = ref.SLOT_VERSION.pack(ref.SLOT_VERSION_MAGIC, flags, key, seq, len(value)) + value
-    want = head + xxhash.xxh64_intdigest(head, slot).to_bytes(8, "little")
+    want = ref.slot_version_bytes(slot, flags, key, seq, value)
     assert bytes(buf[at:at + V]) == want.ljust(V, b"\0")
     assert buf[:at] == b"\xee" * at and buf[at + V:] == b"\xee" * 5  # nothing else written
     max_value = V - VERSION_OVERHEAD
