@@ -378,7 +378,6 @@ class ODirectStore(RecordStore):
         self._newer = bytearray(-(-self._nslots // 8))
         for first, _, parsed in self._chunks():
             state, seq, flags, key = parsed[:4]
-            rows = np.arange(len(state))
             if saved is not None:
                 self._check_saved(parsed, first, saved)
             valid = state == VALID
@@ -399,7 +398,7 @@ class ODirectStore(RecordStore):
             if not self._sparse:
                 continue
             self._free.extend((first + np.flatnonzero(~found)).tolist())
-            copy = one.astype(np.intp)  # each slot's newest copy
+            rows, copy = np.arange(len(state)), one.astype(np.intp)  # each slot's newest copy
             keys, seqs, flags_ = (a[rows, copy][found].tolist() for a in (key, seq, flags))
             for i, k, s, f in zip(np.flatnonzero(found).tolist(), keys, seqs, flags_,
                                   strict=True):
