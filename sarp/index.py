@@ -242,12 +242,13 @@ class Index:
                 state = snapshot.SnapshotState(
                     seq, self.config_digest, self.index_id, self.segments.next_id,
                     self.counters["indexed_blocks"], keys, flags, lengths, segs, filters,
-                    self.directory.table.table_slots())
+                    self.directory.table.table_slots(), self.segments.probes())
                 self._switch_journal(seq)
                 with self._counter_lock:
                     self._since_snapshot = 0
                     self._last_snapshot = time.monotonic()
-            self.store.flush(durable=True)  # every segment it names is durable first, in any mode
+            # every segment it names, and every probe, is durable first, in any mode
+            self.store.flush(durable=True)
             path, nbytes = snapshot.write(self.io, self.path, state)
             # the fallback stays: the newest older usable snapshot and the journals from it on
             # (a crash between a journal switch and its snapshot leaves a number unused)

@@ -142,8 +142,7 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
             st["blocks_written"] += pending[-1][0].block_count
         if pending:
             with segments.writes.writing():  # until registered: matches started now see no tail
-                segments.put_all([(seg.segment_id, raw) for seg, raw in pending],
-                                 extensions=st["segments_extended"])
+                segments.put_all(pending, extensions=st["segments_extended"])
                 on_write([seg for seg, _ in pending], pending_new)
             st["new_blocks"] += pending_new
     finally:

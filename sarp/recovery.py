@@ -1,7 +1,8 @@
 """Recovery (paper Section 5): newest valid snapshot, then the journals after it, then serve.
 
 Damage is detected, never trusted: a snapshot that fails its checks is skipped for the one
-before it (its journals replayed on top); journal records must be numbered without a gap; when
+before it (its journals replayed on top); the store must still hold the newest writes the
+snapshot names (``check_probes``); journal records must be numbered without a gap; when
 no verified state can be reached the error names every file and fault. Segments stored past
 the last journaled id are then registered and journaled (``roll_forward``). ``rebuild`` is the
 slow path: a full scan of the segment store.
@@ -32,7 +33,8 @@ def recover(index: Index) -> dict[str, Any]:
                                   rebuild_s=0.0, journal_replay_s=0.0, bytes_read=0,
                                   journal_records=0, missing_segments=0, rewritten_records=0,
                                   torn_tail_bytes=0,
-                                  rolled_forward=0, redone_builds=0, faults=[])
+                                  rolled_forward=0, redone_builds=0, probed_segments=0,
+                                  faults=[])
     loaded = None
     for seq, path in snapshot.candidates(root):
         index.unusable_snapshots.add(seq)  # unless it loads (below)
@@ -67,6 +69,8 @@ def recover(index: Index) -> dict[str, Any]:
                       rebuild_s=time.perf_counter() - t1)
         break
     base = 0 if loaded is None else loaded.state.seq
+    if loaded is not None:
+        check_probes(index, loaded, report)
 
     t2 = time.perf_counter()
     chain = [(seq, p) for seq, p in journal.files(root) if seq >= base]
@@ -108,6 +112,34 @@ def recover(index: Index) -> dict[str, Any]:
     return report
 
 
+def check_probes(index: Index, loaded: snapshot.Loaded, report: dict[str, Any]) -> None:
+    """Check that the store holds the newest segment writes the snapshot names, each at least
+    as long as it was; they were made durable before the snapshot was published.
+
+    After a crash a store takes the end of what it finds for a torn tail, so damage that cut
+    or spoiled its newest writes (a flashlog WAL cut short or deleted, an odirect slot file
+    cut short, a damaged newest copy) would otherwise pass as one and lose acknowledged
+    inserts without an error (docs/durability.md, "Damage after a crash"). A probe the store
+    lacks, or holds shorter, raises ``CorruptionError`` and nothing is changed; the probes
+    read become the newest writes the next snapshot names."""
+    probes = loaded.state.probes
+    if not len(probes):
+        return
+    ids = probes[:, 0].tolist()
+    held = index.segments.read_many(ids)
+    lost = [f"{sid} ({n} blocks, {'none' if seg is None else seg.block_count} stored)"
+            for (sid, n), seg in zip(probes.tolist(), held, strict=True)
+            if seg is None or seg.block_count < n]
+    if lost:
+        raise CorruptionError(
+            f"{loaded.path.name}: the store at {str(index.store.path)!r} lacks segments the "
+            f"snapshot names as written and made durable before it: {', '.join(lost)}; the "
+            "store lost acknowledged inserts; `sarp rebuild` rebuilds the index from the "
+            "segments it holds")
+    index.segments.note_stored(seg for seg in held if seg is not None)
+    report["probed_segments"] = len(ids)
+
+
 def _replay_journal(index: Index, path: Path, replay: journal.Replay, proven: int,
                     newest: bool, report: dict[str, Any]) -> None:
     """Re-register the segments that the records of one journal name.
@@ -140,6 +172,7 @@ def _replay_journal(index: Index, path: Path, replay: journal.Replay, proven: in
             rewritten.append(journal.Record(
                 rec.record_seq, rec.next_segment_id, rec.new_blocks,
                 np.array([seg.segment_id for seg in stored], dtype=np.uint64)))
+        index.segments.note_stored(stored)
         for seg in stored:
             index._run_inline(index.directory.place(seg.segment_id, seg.block_ids))
     if rewritten:
@@ -171,6 +204,7 @@ def roll_forward(index: Index, report: dict[str, Any]) -> None:
     segs = index.segments
     while (seg := segs.read(segs.next_id)) is not None:
         segs.advance_past(seg.segment_id)
+        segs.note_stored([seg])
         index._journal_append([seg.segment_id], seg.block_count)
         index._run_inline(index.directory.place(seg.segment_id, seg.block_ids))
         report["rolled_forward"] += 1
@@ -206,6 +240,7 @@ def rebuild(index: Index) -> dict[str, Any]:
     blocks = 0
     for seg in index.segments.scan():
         index.segments.advance_past(seg.segment_id)
+        index.segments.note_stored([seg])
         index._run_inline(index.directory.place(seg.segment_id, seg.block_ids))
         blocks += seg.block_count
     index.counters["indexed_blocks"] = blocks

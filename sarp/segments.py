@@ -9,6 +9,7 @@ monotonically and are the record store's keys. Records are encoded by the Cython
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,9 @@ from sarp.matched_prefix import WriteClock
 
 if TYPE_CHECKING:
     from storage_backends import RecordStore
+
+#: the newest segment writes a snapshot names for recovery to check (``SegmentStore.probes``)
+PROBES = 8
 
 
 def join_rows(parts: Iterable[np.ndarray]) -> bytearray:
@@ -43,6 +47,8 @@ class SegmentStore:
         self.writes = WriteClock()
         #: extensions stored so far: the only writes that change a stored record
         self.extensions = 0
+        self._newest: deque[tuple[int, int]] = deque(maxlen=PROBES)
+        self._highest = (-1, 0)  # (segment id, block count) of the highest id stored
 
     @property
     def next_id(self) -> int:
@@ -97,13 +103,40 @@ class SegmentStore:
         raw = append_blocks(seg.record, block_ids, metadata)
         return decode_segment(raw), raw
 
-    def put_all(self, records: list[tuple[int, bytes]], extensions: int = 0) -> None:
-        """Store (segment id, record) pairs in one batch, ``extensions`` of them extended
+    def put_all(self, records: list[tuple[Segment, bytes]], extensions: int = 0) -> None:
+        """Store (segment, record) pairs in one batch, ``extensions`` of them extended
         records; counted once stored, before they are registered (see ``HeldSegments``)."""
-        self.store.put_many(records)
-        if extensions:
-            with self._alloc_lock:
-                self.extensions += extensions
+        self.store.put_many([(seg.segment_id, raw) for seg, raw in records])
+        with self._alloc_lock:
+            self.extensions += extensions
+            self._note(seg for seg, _ in records)
+
+    def note_stored(self, segs: Iterable[Segment]) -> None:
+        """Count ``segs``, found in the store by recovery or a rebuild, as its newest writes."""
+        with self._alloc_lock:
+            self._note(segs)
+
+    def _note(self, segs: Iterable[Segment]) -> None:
+        for seg in segs:
+            row = (seg.segment_id, seg.block_count)
+            self._newest.append(row)
+            self._highest = max(self._highest, row)
+
+    def probes(self) -> np.ndarray:
+        """(segment id, block count) rows, uint64, of the ``PROBES`` newest segment writes
+        and of the highest id stored, each id once with its largest count, newest last.
+
+        Every one was stored before this call returned, so a snapshot that makes the store
+        durable after taking them names records the store must keep: recovery checks it
+        still holds each, at least that long (``recovery.check_probes``). They are where
+        damage after a crash strikes (docs/durability.md, "Damage after a crash"): the end of
+        flashlog's WAL, odirect's last slots and newest copies."""
+        with self._alloc_lock:
+            rows = [self._highest, *self._newest] if self._highest[0] >= 0 else []
+        longest: dict[int, int] = {}
+        for sid, count in rows:
+            longest[sid] = max(count, longest.pop(sid, 0))  # re-inserted: newest last
+        return np.array(list(longest.items()), dtype=np.uint64).reshape(-1, 2)
 
     def _encode(self, sid: int, start: int, block_ids: np.ndarray,
                 metadata: np.ndarray) -> tuple[Segment, bytes]:

@@ -21,12 +21,12 @@ from sarp.files import Numbered
 from storage_backends.io import FileIO
 
 MAGIC = b"SARPSNAP"
-VERSION = 3
+VERSION = 4
 # magic, version, header length, seq, config digest, index id, next segment id, indexed
-# blocks, entries, references, hash-table slots
-HEADER = struct.Struct("<8sIIQQQQQQQQ")
-#: the header of each version read: 2 lacks the index id
-HEADERS = {2: struct.Struct("<8sIIQQQQQQQ"), VERSION: HEADER}
+# blocks, entries, references, hash-table slots, store probes
+HEADER = struct.Struct("<8sIIQQQQQQQQQ")
+#: the header of each version read: 3 lacks the store probes, 2 the index id too
+HEADERS = {2: struct.Struct("<8sIIQQQQQQQ"), 3: struct.Struct("<8sIIQQQQQQQQ"), VERSION: HEADER}
 FILES = Numbered("snapshot-", ".snap")
 
 
@@ -45,6 +45,9 @@ class SnapshotState:
     ref_segments: np.ndarray  # uint64
     ref_filters: np.ndarray  # uint64
     table_slots: np.ndarray  # uint32: the entry in each hash-table slot, EMPTY_SLOT where empty
+    #: uint64 (segment id, block count) rows: newest segment writes, durable before the
+    #: snapshot was published, that recovery checks the store still holds (none before 4)
+    probes: np.ndarray
 
 
 def _le(a: np.ndarray, dtype: str) -> bytes:
@@ -60,10 +63,11 @@ def encode(s: SnapshotState) -> bytes:
     """The snapshot file bytes of ``s``: header, arrays padded to 8 bytes, XXH64 checksum."""
     n, r, c = len(s.entry_keys), len(s.ref_segments), len(s.table_slots)
     head = HEADER.pack(MAGIC, VERSION, HEADER.size, s.seq, s.config_digest, s.index_id,
-                       s.next_segment_id, s.indexed_blocks, n, r, c)
+                       s.next_segment_id, s.indexed_blocks, n, r, c, len(s.probes))
     body = b"".join((head, _le(s.entry_keys, "<u8"), _pad8(_le(s.entry_flags, "u1")),
                      _pad8(_le(s.list_lengths, "<u4")), _le(s.ref_segments, "<u8"),
-                     _le(s.ref_filters, "<u8"), _pad8(_le(s.table_slots, "<u4"))))
+                     _le(s.ref_filters, "<u8"), _pad8(_le(s.table_slots, "<u4")),
+                     _le(s.probes, "<u8")))
     return body + struct.pack("<Q", xxh64(body))
 
 
@@ -80,8 +84,13 @@ def decode(raw: bytes | memoryview, name: str) -> SnapshotState:
                                       f"reads {' or '.join(map(str, HEADERS))}")
     if len(raw) < header.size + 8:
         raise BadLengthError(f"{name}: {len(raw)} bytes is shorter than a snapshot header")
-    _, _, _, seq, digest, *owner, next_id, blocks, n, r, c = header.unpack_from(raw)
-    sizes = (8 * n, 8 * -(-n // 8), 8 * -(-4 * n // 8), 8 * r, 8 * r, 8 * -(-4 * c // 8))
+    fields = header.unpack_from(raw)[3:]
+    if version == 2:  # no index id: 0
+        fields = (*fields[:2], 0, *fields[2:])
+    seq, digest, owner, next_id, blocks, n, r, c, *more = fields
+    p = more[0] if more else 0
+    sizes = (8 * n, 8 * -(-n // 8), 8 * -(-4 * n // 8), 8 * r, 8 * r, 8 * -(-4 * c // 8),
+             16 * p)
     if len(raw) != header.size + sum(sizes) + 8:
         raise BadLengthError(f"{name}: {len(raw)} bytes, header says "
                              f"{header.size + sum(sizes) + 8} (truncated or extended)")
@@ -90,11 +99,12 @@ def decode(raw: bytes | memoryview, name: str) -> SnapshotState:
         raise ChecksumError(f"{name}: checksum mismatch")
     off = header.size
     arrays = []
-    for size, dtype, count in zip(sizes, ("<u8", "u1", "<u4", "<u8", "<u8", "<u4"),
-                                  (n, n, n, r, r, c), strict=True):
+    for size, dtype, count in zip(sizes, ("<u8", "u1", "<u4", "<u8", "<u8", "<u4", "<u8"),
+                                  (n, n, n, r, r, c, 2 * p), strict=True):
         arrays.append(np.frombuffer(raw, dtype, count, off))
         off += size
-    return SnapshotState(seq, digest, owner[0] if owner else 0, next_id, blocks, *arrays)
+    arrays[-1] = arrays[-1].reshape(p, 2)
+    return SnapshotState(seq, digest, owner, next_id, blocks, *arrays)
 
 
 def write(io: FileIO, directory: Path, state: SnapshotState) -> tuple[Path, int]:

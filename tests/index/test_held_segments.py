@@ -47,7 +47,7 @@ def test_a_holder_serves_current_copies_and_reads_the_rest(tmp_path):
     meta = np.zeros((6, 8), np.uint8)
     a, raw_a = segs.encode_new(0, ids[:3], meta[:3])
     b, raw_b = segs.encode_new(0, ids[3:], meta[3:])
-    segs.put_all([(a.segment_id, raw_a), (b.segment_id, raw_b)])
+    segs.put_all([(a, raw_a), (b, raw_b)])
     held = HeldSegments(segs)
     seen = keys_read(store)
     assert blocks(held.record(a.segment_id)) == 3 and seen == [a.segment_id]
@@ -56,7 +56,7 @@ def test_a_holder_serves_current_copies_and_reads_the_rest(tmp_path):
     assert [s and s.segment_id for s in got] == [b.segment_id, a.segment_id, None]
     assert seen == [a.segment_id, b.segment_id, 99]  # only what it did not hold
     longer, raw = segs.encode_extended(a, ids[3:5], meta[3:5])
-    segs.put_all([(a.segment_id, raw)], extensions=1)
+    segs.put_all([(longer, raw)], extensions=1)
     assert not held.current()
     assert blocks(held.read(a.segment_id)) == 5  # read again: the held copy is stale
     assert [blocks(s) for s in held.read_many([a.segment_id, b.segment_id])] == [5, 3]
@@ -70,7 +70,7 @@ def test_a_match_holds_the_segments_of_its_latest_window_only(tmp_path):
     meta = np.zeros((2, 8), np.uint8)
     made = [segs.encode_new(start, np.arange(start + 1, start + 3, dtype=np.uint64), meta)
             for start in (0, 0, 64)]
-    segs.put_all([(seg.segment_id, raw) for seg, raw in made])
+    segs.put_all(made)
     first, second, later = (seg.segment_id for seg, _ in made)
     held = HeldSegments(segs)
     for sid in (first, second):

@@ -1,5 +1,6 @@
 """An index directory rewritten as the formats before index ids wrote it (sarp.json format 2,
-snapshot version 2, journal version 3 or 2), for the tests that read those formats."""
+snapshot version 2, journal version 3 or 2), and snapshots as the versions before store
+probes, for the tests that read those formats."""
 
 from __future__ import annotations
 
@@ -26,10 +27,7 @@ def downgrade(path: Path, journal_version: int = 3) -> None:
     cfg_file.write_text(json.dumps({"format": 2, "config": cfg, "checksum": checksum},
                                    indent=1, sort_keys=True))
     for _, p in snapshot.candidates(path):
-        raw = p.read_bytes()
-        body = bytearray(raw[:32] + raw[32 + ID_BYTES:-8])
-        struct.pack_into("<II", body, 8, 2, snapshot.HEADERS[2].size)
-        p.write_bytes(bytes(body) + struct.pack("<Q", xxh64(bytes(body))))
+        p.write_bytes(snapshot_as_version(p.read_bytes(), 2))
     for _, p in journal.files(path):
         raw = p.read_bytes()
         out = bytearray(raw[:32])
@@ -47,6 +45,17 @@ def downgrade(path: Path, journal_version: int = 3) -> None:
             out += journal.RECORD_HEADER.pack(length, reserved, xxh64(bytes(payload))) + payload
             off = start + length
         p.write_bytes(bytes(out + raw[off:]))
+
+
+def snapshot_as_version(raw: bytes, version: int) -> bytes:
+    """The snapshot ``raw`` (the current version) as ``version`` 3 (without its store probes,
+    the last header field and the rows after the hash table) or 2 (without the index id too)."""
+    probes = struct.unpack_from("<Q", raw, snapshot.HEADER.size - 8)[0]
+    body = bytearray(raw[:snapshot.HEADER.size - 8] + raw[snapshot.HEADER.size:-8 - 16 * probes])
+    if version == 2:
+        del body[32:32 + ID_BYTES]
+    struct.pack_into("<II", body, 8, version, snapshot.HEADERS[version].size)
+    return bytes(body) + struct.pack("<Q", xxh64(bytes(body)))
 
 
 def set_journal_version(path: Path, version: int) -> None:
