@@ -45,8 +45,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="the record store's kind (default: the one the index has)")
         if name == "rebuild":
             p.add_argument("--salvage", action="store_true",
-                           help="first repair a damaged wiredtiger or rocksdb store with its "
-                                "engine's tool (segments on damaged parts are lost)")
+                           help="first repair a damaged wiredtiger, rocksdb or odirect store "
+                                "with its repair tool (segments on damaged parts are lost)")
     args = parser.parse_args(argv)
     try:
         require_index(args.path)

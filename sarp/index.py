@@ -803,8 +803,8 @@ def rebuild(path: str | os.PathLike, backend: str | None = None, *, salvage: boo
     """The slow path: rebuild the routing directory from a full scan of the segment store and
     publish it as a new snapshot (for when no usable snapshot exists). Returns a report.
 
-    ``salvage``: first repair the segment store with its engine's tool
-    (``storage_backends.salvage``: wiredtiger or rocksdb), after a read found it damaged;
+    ``salvage``: first repair the segment store with its repair tool
+    (``storage_backends.salvage``: wiredtiger, rocksdb or odirect), after a read found it damaged;
     segments on damaged parts are lost, which only shortens matches."""
     require_index(path)
     check_bool(salvage, "salvage")

@@ -24,8 +24,8 @@ KINDS: dict[str, tuple[str, str]] = {
     "flashlog": ("storage_backends.flashlog", "FlashLogStore"),
     "odirect": ("storage_backends.odirect", "ODirectStore"),
 }
-#: the kinds whose engine has a repair tool: kind -> the module of its ``salvage(path)``
-SALVAGE: dict[str, str] = {kind: KINDS[kind][0] for kind in ("wiredtiger", "rocksdb")}
+#: the kinds with a repair tool: kind -> the module of its ``salvage(path)``
+SALVAGE: dict[str, str] = {kind: KINDS[kind][0] for kind in ("wiredtiger", "rocksdb", "odirect")}
 
 
 def open_store(
@@ -67,7 +67,7 @@ def store_class(kind: object, options: Mapping[str, Any]) -> type[RecordStore]:
 
 
 def salvage(path: str | Path, kind: str | None = None) -> str:
-    """Repair the damaged store at ``path`` with its engine's own tool (``SALVAGE``), after a
+    """Repair the damaged store at ``path`` with its kind's repair tool (``SALVAGE``), after a
     read raised CorruptionError, keeping the records it can still read; returns the store's
     kind. What each engine loses: docs/durability.md. ``kind``: the kind the caller expects
     (None: any). The store must not be open: its lock is taken."""
@@ -76,7 +76,8 @@ def salvage(path: str | Path, kind: str | None = None) -> str:
     if kind is not None and found != kind:
         raise StoreKindError(f"path {holds}, not {kind!r}")
     if found not in SALVAGE:
-        raise ValueError(f"salvage needs a {' or '.join(SALVAGE)} store; {holds}")
+        *some, last = SALVAGE
+        raise ValueError(f"salvage needs a {', '.join(some)} or {last} store; {holds}")
     importlib.import_module(SALVAGE[found]).salvage(path)
     return found
 

@@ -46,7 +46,7 @@ from sarp.errors import (
     SyncFailedError,
     UnsupportedVersionError,
 )
-from storage_backends.base import RecordStore, check_io
+from storage_backends.base import SALVAGE_HINT, RecordStore, check_io
 from storage_backends.io import FileIO, aligned_buffer, block_size, round_up
 from storage_backends.superblock import read_superblock, write_superblock
 
@@ -73,9 +73,10 @@ MAX_VALUE_SIZE = 1 << 26
 #: slots written since the last sync, at most: past it a write syncs (bounds their memory)
 UNSYNCED_LIMIT = 1 << 16
 
-#: a parsed copy of a slot: (state, seq, flags, key, length)
-_State = tuple[int, int, int, int, int]
-#: ``parse_slots``' arrays, each (slots, 2): state, seq, flags, key, length, offset in the chunk
+#: a parsed copy of a slot: (state, seq, flags, key, length, synced)
+_State = tuple[int, int, int, int, int, int]
+#: ``parse_slots``' arrays, each (slots, 2): state, seq, flags, key, length, offset in the
+#: chunk, synced
 _Parsed = tuple[npt.NDArray[Any], ...]
 
 
@@ -99,6 +100,7 @@ class ODirectStore(RecordStore):
 
     kind = "odirect"
     DENSE_KEYS = {"key_mode": "dense"}
+    _SALVAGING = False  # the open of ``salvage``: see ``_SalvageStore``
 
     def __init__(self, path: str | Path, memory_budget: int = 64 << 20, durability: str = "sync",
                  direct_io: bool = True, *, key_mode: str | None = None,
@@ -140,9 +142,12 @@ class ODirectStore(RecordStore):
         self._unsynced: set[int] = set()
         #: bit s set: copy 1 of slot s holds the newest version (else copy 0, or none)
         self._newer = bytearray()
-        saved = clean and self._load_copies()
+        repair = not clean or self._SALVAGING
+        saved = not repair and self._load_copies()
         if not saved or self._sparse:
-            self._load_slots(repair=not clean, saved=bytes(self._newer) if saved else None)
+            self._load_slots(repair=repair, saved=bytes(self._newer) if saved else None)
+        #: every version numbered below it is durable, as each version records
+        self._synced = self._next_seq  # a clean close synced all; an unclean open syncs
         self._write_header(clean=False)
 
     # -- header and the saved newest-copy bits -------------------------------------------------
@@ -285,7 +290,8 @@ class ODirectStore(RecordStore):
             self._wbuf = aligned_buffer(len(run) * v)
         w = memoryview(self._wbuf)[:len(run) * v]
         for i, (_, slot, _, flags, key, value) in enumerate(run):
-            write_version(w, i * v, v, slot, flags, key, self._next_seq + i, value)
+            write_version(w, i * v, v, slot, flags, key, self._next_seq + i, self._synced,
+                          value)
         try:
             self._data.pwrite(w, run[0][0])
         except OSError as e:
@@ -311,7 +317,9 @@ class ODirectStore(RecordStore):
             self._sync()
 
     def _sync(self) -> None:
+        synced = self._next_seq  # under the store lock: every version below it is written
         self._data.fdatasync()
+        self._synced = synced
         self._unsynced.clear()
         self._count(syncs=1)
 
@@ -358,23 +366,31 @@ class ODirectStore(RecordStore):
     @staticmethod
     def _slot_states(parsed: _Parsed, i: int) -> list[_State]:
         """The parsed versions of the two copies of the ``i``-th slot of a chunk."""
-        state, seq, flags, key, length = parsed[:5]
+        state, seq, flags, key, length, _, synced = parsed
         return [(int(state[i, c]), int(seq[i, c]), int(flags[i, c]), int(key[i, c]),
-                 int(length[i, c])) for c in (0, 1)]
+                 int(length[i, c]), int(synced[i, c])) for c in (0, 1)]
 
     def _load_slots(self, repair: bool, saved: bytes | None = None) -> None:
         """Rebuild the newest-copy bits, the next sequence number and (sparse) the slot table
-        and free list from every slot; after a crash, clear torn first writes. ``saved``: the
-        bits of the clean close just before (sparse mode), whose copies must pass their checks.
-        Each chunk's versions are checked by ``parse_slots`` and picked here by array
-        operations; only the slots that need it are visited one by one.
+        and free list from every slot; after a crash, clear the copies torn writes left, and
+        sync. ``saved``: the bits of the clean close just before (sparse mode), whose copies
+        must pass their checks. Each chunk's versions are checked by ``parse_slots`` and
+        picked here by array operations; only the slots that need it are visited one by one.
+
+        After a crash a copy failing its checks is taken for a write the crash tore, unless
+        its header names a sequence number above the slot's other copy's (it was the slot's
+        newest) that the store had synced, as the versions written later record: that is a
+        version damaged after it was acknowledged, and the open raises ``CorruptionError``
+        before it changes anything (``_damaged``).
 
         Sparse keys: a crash can leave one key in two slots (a delete, its slot taken by
         another key and the key put again, of which only the last write reached the device).
         The version with the higher sequence number is the key's; an older live one elsewhere
         is cleared, so that no later reuse of the newer slot brings it back."""
         clear: list[int] = []  # slots zeroed: torn first writes, superseded live versions
+        torn: list[tuple[int, int, int, int]] = []  # (slot, copy, its seq, the other's): bad
         newest: dict[int, tuple[int, int, int]] = {}  # key -> (seq, slot, flags) of its newest
+        synced = 0  # the versions below it were durable, as the valid versions record
         self._newer = bytearray(-(-self._nslots // 8))
         for first, _, parsed in self._chunks():
             state, seq, flags, key = parsed[:4]
@@ -386,14 +402,22 @@ class ODirectStore(RecordStore):
             self._or_newest_copies(first, one)
             if found.any():
                 self._next_seq = max(self._next_seq, int(seq[valid].max()) + 1)
+                synced = max(synced, int(parsed[6][valid].max()))
             bad = (state == BAD).sum(axis=1)
+            if repair:
+                rows = np.flatnonzero(bad == 1)
+                c = (state[rows, 1] == BAD).astype(np.intp)
+                torn.extend(zip((first + rows).tolist(), c.tolist(), seq[rows, c].tolist(),
+                                seq[rows, 1 - c].tolist(), strict=True))
             for i in np.flatnonzero((bad > 0) & ~found).tolist():
                 if not repair:
                     raise CorruptionError(f"slots.dat: slot {first + i}: no version passes its "
-                                          "checks")
-                if bad[i] == 2:  # a crash tears at most one copy of a slot (see the clearing)
+                                          f"checks; {SALVAGE_HINT}")
+                # a crash tears at most one copy of a slot (see the clearing)
+                if bad[i] == 2 and not self._SALVAGING:
                     raise CorruptionError(f"slots.dat: slot {first + i}: both copies fail "
-                                          "their checks (damage, not a torn write)")
+                                          f"their checks (damage, not a torn write); "
+                                          f"{SALVAGE_HINT}")
                 clear.append(first + i)
             if not self._sparse:
                 continue
@@ -417,15 +441,38 @@ class ODirectStore(RecordStore):
             else:
                 self._free.append(slot)
         heapq.heapify(self._free)
+        if not self._SALVAGING:
+            self._damaged(torn, synced)
         # never acknowledged, or superseded by an acknowledged version; one copy at a time,
-        # synced, so that a crash while clearing tears at most one copy of a slot
+        # synced, so that a crash while clearing tears at most one copy of a slot. A torn
+        # copy beside a valid one is cleared too: later versions will record syncs past it
+        copies = [(slot, c) for slot in clear for c in (0, 1)]
+        copies += [(slot, c) for slot, c, _, other in torn if other]
         zero = aligned_buffer(self._vbytes)
-        for c in (0, 1) if clear else ():
-            for slot in clear:
-                self._data.pwrite(zero, self._offset(slot, c))
+        for c in (0, 1) if copies else ():
+            for slot, copy in copies:
+                if copy == c:
+                    self._data.pwrite(zero, self._offset(slot, c))
+            self._data.fdatasync()
+        if repair and not copies:  # what the scan found is durable: later versions say so
             self._data.fdatasync()
         for slot in clear:  # empty now, as a slot never written
             self._set_newest_copy(slot, 0)
+
+    @staticmethod
+    def _damaged(torn: list[tuple[int, int, int, int]], synced: int) -> None:
+        """Raise ``CorruptionError`` for the first of the copies failing their checks
+        (``torn``: slot, copy, the sequence number its header names, the other copy's, 0 if
+        empty) that was its slot's newest version and numbered below ``synced``: synced
+        before the crash, so not a write it tore. A torn write's header is the new version's,
+        numbered at or past the last sync, or the copy's older one, below the other copy's."""
+        for slot, c, seq, other in torn:
+            if other < seq < synced:
+                raise CorruptionError(
+                    f"slots.dat: slot {slot}: its newest version (copy {c}, sequence {seq}) "
+                    f"fails its checks, though every version below {synced} had been synced: "
+                    "damage after it was acknowledged, not a write torn by the crash; "
+                    f"{SALVAGE_HINT}")
 
     def _check_saved(self, parsed: _Parsed, first: int, saved: bytes) -> None:
         """Raise ``_served``'s CorruptionError for the first slot of the chunk whose copy
@@ -483,7 +530,7 @@ class ODirectStore(RecordStore):
         running now may tear the copy it rewrites, or flip the bit), and served or raised."""
         buf = self._read_buffer()
         self._read(buf, slot, self._newest_copy(slot))
-        state, _, flags, found, n = parse_version(buf, 0, slot, self._max_value)
+        state, _, flags, found, n, _ = parse_version(buf, 0, slot, self._max_value)
         start = VERSION_HEADER
         if state != VALID:
             offsets = (0, self._vbytes)
@@ -511,17 +558,19 @@ class ODirectStore(RecordStore):
         version."""
         if copy is None:
             copy = self._newest_copy(slot)
-        state, _, flags, key, n = states[copy]
+        state, _, flags, key, n, _ = states[copy]
         if state == VALID:
             return copy, flags, key, n
         other = states[1 - copy][0]
         if state == other == EMPTY and copy == 0:  # a slot's first version goes to copy 1
             return -1, 0, 0, 0
         if other != VALID and BAD in (state, other):
-            raise CorruptionError(f"slots.dat: slot {slot}: no version passes its checks")
+            raise CorruptionError(f"slots.dat: slot {slot}: no version passes its checks; "
+                                  f"{SALVAGE_HINT}")
         fault = "fails its checks" if state == BAD else "reads as empty"
         raise CorruptionError(f"slots.dat: slot {slot}: its newest version (copy {copy}) "
-                              f"{fault}; an older version is never served in its place")
+                              f"{fault}; an older version is never served in its place; "
+                              f"{SALVAGE_HINT}")
 
     def _delete(self, key: int) -> None:
         with self._lock:
@@ -589,3 +638,18 @@ class ODirectStore(RecordStore):
             return 0
         return (sys.getsizeof(self._slot_of) + sys.getsizeof(self._free)
                 + len(self._slot_of) * 2 * sys.getsizeof(1 << 62))
+
+
+def salvage(path: str | Path) -> None:
+    """Repair the odirect store at ``path`` after an open or a read found damage
+    (``CorruptionError``): every slot is read, as after a crash, and every copy that fails
+    its checks is cleared, so a slot serves its other copy where that one passes (an older
+    version of its record) and is lost where none does. The store is then closed cleanly.
+    The store must not be open elsewhere (its lock is taken)."""
+    _SalvageStore(path).close()
+
+
+class _SalvageStore(ODirectStore):
+    """The store opened by ``salvage``: an unclean open that clears damaged copies too."""
+
+    _SALVAGING = True

@@ -2,9 +2,12 @@
 and those of both copies of every slot in a chunk of the slot file, which a scan at open reads
 whole.
 
-A version: u32 magic, u8 flags, 3 bytes of padding, u64 key, u64 sequence number, u32 value
+A version: u32 magic, u8 flags, u24 synced lag, u64 key, u64 sequence number, u32 value
 length, the value, then the u64 XXH64 (seeded with the slot number) of everything before it.
-A copy whose magic is 0 is empty (never written, or cleared).
+A copy whose magic is 0 is empty (never written, or cleared). The synced lag L records how far
+the store's syncs had got when the version was written: every version numbered below
+seq - (L - 1) was durable; L = 0 records nothing (a version of an earlier build, or a lag past
+the field).
 """
 
 import numpy as np
@@ -37,6 +40,7 @@ cdef enum:
     _BAD = 2
     _LIVE = 1
     _DELETED = 2
+    _LAG_MAX = 0xFFFFFF  # the largest synced lag field
 
 #: a version's magic
 MAGIC = _MAGIC
@@ -53,23 +57,29 @@ BAD = _BAD
 
 
 cdef uint8_t parse(const unsigned char* p, uint64_t slot, uint32_t max_value, uint64_t* seq,
-                   uint8_t* flags, uint64_t* key, uint32_t* length) noexcept nogil:
+                   uint8_t* flags, uint64_t* key, uint32_t* length,
+                   uint64_t* synced) noexcept nogil:
     """The state of the copy at ``p`` of ``slot``, which holds at least ``max_value`` +
-    VERSION_OVERHEAD bytes; a valid version's fields go to the pointers, else zeros."""
+    VERSION_OVERHEAD bytes; a valid version's fields go to the pointers, else zeros, but for
+    the unverified sequence number of a bad copy with the right magic."""
     cdef uint32_t magic = sarp_read_le32(p)
     cdef uint32_t n = sarp_read_le32(p + 24)
-    seq[0] = key[0] = 0
+    cdef uint32_t lag = p[5] | (<uint32_t>p[6] << 8) | (<uint32_t>p[7] << 16)
+    seq[0] = key[0] = synced[0] = 0
     flags[0] = 0
     length[0] = 0
     if magic == 0:
         return _EMPTY
+    if magic == _MAGIC:
+        seq[0] = sarp_read_le64(p + 16)
     if (magic != _MAGIC or (p[4] != _LIVE and p[4] != _DELETED) or n > max_value
             or sarp_read_le64(p + _HEADER + n) != sarp_xxh64(p, _HEADER + n, slot)):
         return _BAD
     flags[0] = p[4]
     key[0] = sarp_read_le64(p + 8)
-    seq[0] = sarp_read_le64(p + 16)
     length[0] = n
+    if lag and lag - 1 <= seq[0]:
+        synced[0] = seq[0] - (lag - 1)
     return _VALID
 
 
@@ -84,11 +94,15 @@ cdef Py_ssize_t get_buffer(object buf, Py_buffer* view, str name="buf",
 
 
 def write_version(buf, Py_ssize_t off, Py_ssize_t vbytes, uint64_t slot, uint8_t flags,
-                  uint64_t key, uint64_t seq, value):
+                  uint64_t key, uint64_t seq, uint64_t synced, value):
     """Write a version of ``slot`` into the copy ``buf[off:off + vbytes]``: its header,
-    ``value``, the checksum, then zeros to the copy's end."""
+    ``value``, the checksum, then zeros to the copy's end. ``synced``: every version numbered
+    below it is durable (0: nothing known), recorded as the synced lag when it fits."""
     if flags != _LIVE and flags != _DELETED:
         raise ValueError(f"flags must be LIVE ({_LIVE}) or DELETED ({_DELETED}), got {flags}")
+    if synced > seq:
+        raise ValueError(f"synced must be at most seq={seq}, got {synced}")
+    cdef uint64_t lag = seq - synced + 1 if seq - synced < _LAG_MAX else 0
     cdef Py_buffer out, val
     cdef unsigned char* p
     cdef Py_ssize_t n
@@ -105,7 +119,9 @@ def write_version(buf, Py_ssize_t off, Py_ssize_t vbytes, uint64_t slot, uint8_t
             p = <unsigned char*>out.buf + off
             sarp_write_le32(p, _MAGIC)
             p[4] = flags
-            memset(p + 5, 0, 3)
+            p[5] = lag & 0xFF
+            p[6] = (lag >> 8) & 0xFF
+            p[7] = lag >> 16
             sarp_write_le64(p + 8, key)
             sarp_write_le64(p + 16, seq)
             sarp_write_le32(p + 24, <uint32_t>n)
@@ -119,11 +135,13 @@ def write_version(buf, Py_ssize_t off, Py_ssize_t vbytes, uint64_t slot, uint8_t
 
 
 def parse_version(buf, Py_ssize_t off, uint64_t slot, uint32_t max_value):
-    """(state, seq, flags, key, length) of the copy at ``buf[off:]`` of ``slot``; state is
-    EMPTY, VALID or BAD, and the other fields are 0 unless VALID. ``buf[off:]`` must hold
-    ``max_value`` + VERSION_OVERHEAD bytes, as a copy does."""
+    """(state, seq, flags, key, length, synced) of the copy at ``buf[off:]`` of ``slot``;
+    state is EMPTY, VALID or BAD, and the other fields are 0 unless VALID, but seq, which a
+    BAD copy with the right magic gives as its header names it, unverified. synced: every
+    version numbered below it was durable when this one was written (0: not recorded).
+    ``buf[off:]`` must hold ``max_value`` + VERSION_OVERHEAD bytes, as a copy does."""
     cdef Py_buffer view
-    cdef uint64_t seq, key
+    cdef uint64_t seq, key, synced
     cdef uint8_t flags, state
     cdef uint32_t n
     get_buffer(buf, &view)
@@ -132,10 +150,10 @@ def parse_version(buf, Py_ssize_t off, uint64_t slot, uint32_t max_value):
             raise ValueError(f"off must leave max_value + {VERSION_OVERHEAD} bytes of the "
                              f"{view.len}-byte buf, got {off}")
         state = parse(<const unsigned char*>view.buf + off, slot, max_value, &seq, &flags, &key,
-                      &n)
+                      &n, &synced)
     finally:
         PyBuffer_Release(&view)
-    return state, seq, flags, key, n
+    return state, seq, flags, key, n, synced
 
 
 def parse_slots(buf, uint64_t first, Py_ssize_t count, Py_ssize_t extent, Py_ssize_t vbytes,
@@ -143,8 +161,8 @@ def parse_slots(buf, uint64_t first, Py_ssize_t count, Py_ssize_t extent, Py_ssi
     """Parse both copies of slots ``first`` .. ``first + count - 1``, read into ``buf`` from
     the start of ``first``'s extent: extents of ``extent`` slots, each holding the copies 0 of
     its slots, then their copies 1, each copy ``vbytes`` bytes. Returns arrays (state, seq,
-    flags, key, length, offset) of shape (count, 2): [i, c] is copy c of slot first + i, and
-    offset is where that copy lies in ``buf``."""
+    flags, key, length, offset, synced) of shape (count, 2): [i, c] is copy c of slot
+    first + i, as ``parse_version`` gives it, and offset is where that copy lies in ``buf``."""
     if extent < 1:
         raise ValueError(f"extent must be at least 1, got {extent}")
     if count < 0:
@@ -159,12 +177,14 @@ def parse_slots(buf, uint64_t first, Py_ssize_t count, Py_ssize_t extent, Py_ssi
     cdef cnp.ndarray key = np.empty((count, 2), dtype=np.uint64)
     cdef cnp.ndarray length = np.empty((count, 2), dtype=np.uint32)
     cdef cnp.ndarray offset = np.empty((count, 2), dtype=np.int64)
+    cdef cnp.ndarray synced = np.empty((count, 2), dtype=np.uint64)
     cdef uint8_t* st = <uint8_t*>cnp.PyArray_DATA(state)
     cdef uint64_t* sq = <uint64_t*>cnp.PyArray_DATA(seq)
     cdef uint8_t* fl = <uint8_t*>cnp.PyArray_DATA(flags)
     cdef uint64_t* ky = <uint64_t*>cnp.PyArray_DATA(key)
     cdef uint32_t* ln = <uint32_t*>cnp.PyArray_DATA(length)
     cdef int64_t* at = <int64_t*>cnp.PyArray_DATA(offset)
+    cdef uint64_t* sy = <uint64_t*>cnp.PyArray_DATA(synced)
     cdef Py_buffer view
     cdef Py_ssize_t i, c, j, need = -(-count // extent) * extent * 2 * vbytes
     cdef const unsigned char* base
@@ -179,7 +199,7 @@ def parse_slots(buf, uint64_t first, Py_ssize_t count, Py_ssize_t extent, Py_ssi
                     j = 2 * i + c
                     at[j] = ((i // extent) * 2 * extent + c * extent + i % extent) * vbytes
                     st[j] = parse(base + at[j], first + <uint64_t>i, max_value, &sq[j], &fl[j],
-                                  &ky[j], &ln[j])
+                                  &ky[j], &ln[j], &sy[j])
     finally:
         PyBuffer_Release(&view)
-    return state, seq, flags, key, length, offset
+    return state, seq, flags, key, length, offset, synced

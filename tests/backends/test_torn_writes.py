@@ -15,10 +15,13 @@ from typing import Any
 
 import pytest
 
+from sarp._core.slot_versions import LIVE, write_version
 from sarp.errors import CorruptionError, SyncFailedError, WritesStoppedError
-from storage_backends import RecordStore, open_store
+from storage_backends import RecordStore, open_store, salvage
 from storage_backends.io import FileIO, PowerLossIO
 from storage_backends.superblock import read_superblock, write_superblock
+
+from ..kernels.reference import slot_copy_offset
 
 KINDS = ("flashlog", "odirect")
 BUDGET = 1 << 20
@@ -319,6 +322,73 @@ def test_odirect_both_copies_damaged_is_corruption_also_after_a_crash(tmp_path: 
         _flip(f, off)
     with pytest.raises(CorruptionError, match="slot .*: both copies fail their checks"):
         _open("odirect", path)
+    salvage(path)
+    with _open("odirect", path) as s:
+        assert s.get_many([5, 6]) == [None, b"kept"]
+
+
+@pytest.mark.parametrize("dense", [False, True])
+@pytest.mark.parametrize("versions", [1, 2])
+def test_odirect_a_synced_version_damaged_after_a_crash_is_corruption_not_a_torn_write(
+        tmp_path: Path, dense: bool, versions: int) -> None:
+    """After a crash a copy failing its checks passes for a torn write, unless it was its
+    slot's newest version and a version written later records that it had been synced: then
+    the open raises CorruptionError (docs/odirect_format.txt) and changes no slot, where it
+    served the older version, or cleared a slot's only one, as torn."""
+    io = PowerLossIO(0)
+    path = tmp_path / "s"
+    old, new = b"o" * 1000 + b"OLD", b"n" * 1000 + b"NEW"
+    s = _open("odirect", path, io=io, dense_keys=dense)
+    if versions == 2:
+        s.put(5, old)
+        s.flush()
+    s.put(5, new)
+    s.flush()
+    s.put(6, b"later")  # records that the store had synced key 5's newest version
+    s.flush()
+    io.crash("drop")  # nothing unsynced: the store is left unclean, its slots whole
+    f, off = _only_offset(path, b"n" * 100 + b"NEW")
+    _flip(f, off)
+    slots = f.read_bytes()
+    with pytest.raises(CorruptionError, match="slot .*: its newest version .* fails its checks, "
+                                              "though every version below .* had been synced"):
+        _open("odirect", path, dense_keys=dense)
+    assert f.read_bytes() == slots
+    salvage(path)  # clears the damaged copy: the slot serves its older version, if any
+    with _open("odirect", path, dense_keys=dense) as s:
+        assert s.get_many([5, 6]) == [old if versions == 2 else None, b"later"]
+
+
+@pytest.mark.parametrize("dense", [False, True])
+def test_odirect_a_torn_rewrite_is_cleared_so_no_later_crash_takes_it_for_damage(
+        tmp_path: Path, dense: bool) -> None:
+    """A copy a crash tore, beside the slot's valid one, is cleared by the open that finds it:
+    versions written later record syncs past its sequence number, and a later open after a
+    crash would otherwise take it for a synced version damaged."""
+    io = PowerLossIO(0)
+    path = tmp_path / "s"
+    s = _open("odirect", path, io=io, dense_keys=dense)
+    s.put(5, b"o" * 1000 + b"OLD")
+    s.flush()
+    io.crash("drop")
+    # the rewrite the crash tore: its first 512 bytes reached the device (header and all),
+    # in copy 0 of slot 0 (sparse: key 5's slot) or 5, the copy the rewrite goes to
+    torn = bytearray(4096)
+    write_version(torn, 0, 4096, 5 if dense else 0, LIVE, 5, 2, 2, b"n" * 1000 + b"NEW")
+    torn[512:] = bytes(4096 - 512)
+    with open(path / "slots.dat", "r+b") as fh:
+        fh.seek(slot_copy_offset(5 if dense else 0, 0, 64, 4096))
+        fh.write(torn)
+    io = PowerLossIO(1)
+    s = _open("odirect", path, io=io, dense_keys=dense)
+    assert s.get(5) == b"o" * 1000 + b"OLD"
+    s.put(6, b"later")  # each records a sync past the torn version's sequence number
+    s.flush()
+    s.put(7, b"later still")
+    s.flush()
+    io.crash("drop")
+    with _open("odirect", path, dense_keys=dense) as s:
+        assert s.get_many([5, 6, 7]) == [b"o" * 1000 + b"OLD", b"later", b"later still"]
 
 
 def test_odirect_clearing_after_a_crash_syncs_between_the_two_copies(tmp_path: Path) -> None:

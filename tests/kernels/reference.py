@@ -214,36 +214,45 @@ def bloom_may_hold(words: list[int], h: int, k: int) -> bool:
     return all(words[pos // 64] >> (pos % 64) & 1 for pos in bloom_probes(h, len(words) * 64, k))
 
 
-SLOT_VERSION = struct.Struct("<IB3xQQI")
+SLOT_VERSION = struct.Struct("<IB3sQQI")
 SLOT_VERSION_MAGIC = 0x5344524F
+#: the largest synced lag field (3 bytes)
+SLOT_LAG_MAX = 0xFFFFFF
 
 
 def slot_version_bytes(slot: int, flags: int, key: int, seq: int, value: bytes,
-                       length: int | None = None, seed: int | None = None) -> bytes:
-    """A version of ``slot`` as docs/odirect_format.txt lays it out: magic, flags, key, seq,
-    length, ``value``, then the XXH64 of everything before, seeded with the slot. ``length``
-    and ``seed``, when given, replace the length field and the checksum's seed (to write
-    spoilt versions)."""
+                       synced: int = 0, length: int | None = None,
+                       seed: int | None = None) -> bytes:
+    """A version of ``slot`` as docs/odirect_format.txt lays it out: magic, flags, the synced
+    lag (seq - synced + 1, or 0 when that is past the field), key, seq, length, ``value``,
+    then the XXH64 of everything before, seeded with the slot. ``length`` and ``seed``, when
+    given, replace the length field and the checksum's seed (to write spoilt versions)."""
     n = len(value) if length is None else length
-    head = SLOT_VERSION.pack(SLOT_VERSION_MAGIC, flags, key, seq, n) + value
+    lag = seq - synced + 1 if seq - synced + 1 <= SLOT_LAG_MAX else 0
+    head = SLOT_VERSION.pack(SLOT_VERSION_MAGIC, flags, lag.to_bytes(3, "little"), key, seq,
+                             n) + value
     checksum = xxhash.xxh64_intdigest(head, slot if seed is None else seed)
     return head + struct.pack("<Q", checksum)
 
 
-def slot_version(copy: bytes, slot: int, max_value: int) -> tuple[int, int, int, int, int]:
-    """(state, seq, flags, key, length) of one copy of an odirect slot (docs/odirect_format.txt):
-    state 0 (empty) if its magic is 0; 1 (valid) if its magic, its flags (1 or 2), its length
-    (at most ``max_value``) and the XXH64 of its bytes before the checksum, seeded with the
-    slot, all hold; else 2 (bad). The other fields are 0 unless the copy is valid."""
-    magic, flags, key, seq, n = SLOT_VERSION.unpack_from(copy)
+def slot_version(copy: bytes, slot: int, max_value: int) -> tuple[int, int, int, int, int, int]:
+    """(state, seq, flags, key, length, synced) of one copy of an odirect slot
+    (docs/odirect_format.txt): state 0 (empty) if its magic is 0; 1 (valid) if its magic, its
+    flags (1 or 2), its length (at most ``max_value``) and the XXH64 of its bytes before the
+    checksum, seeded with the slot, all hold; else 2 (bad). The other fields are 0 unless the
+    copy is valid, but seq, which a bad copy with the right magic gives as its header names
+    it. synced is seq - (lag - 1), or 0 for a lag of 0 (or past seq)."""
+    magic, flags, lag_bytes, key, seq, n = SLOT_VERSION.unpack_from(copy)
     if magic == 0:
-        return 0, 0, 0, 0, 0
+        return 0, 0, 0, 0, 0, 0
+    claimed = seq if magic == SLOT_VERSION_MAGIC else 0
     end = SLOT_VERSION.size + n
     if magic != SLOT_VERSION_MAGIC or flags not in (1, 2) or n > max_value:
-        return 2, 0, 0, 0, 0
+        return 2, claimed, 0, 0, 0, 0
     if struct.unpack_from("<Q", copy, end)[0] != xxhash.xxh64_intdigest(copy[:end], slot):
-        return 2, 0, 0, 0, 0
-    return 1, seq, flags, key, n
+        return 2, claimed, 0, 0, 0, 0
+    lag = int.from_bytes(lag_bytes, "little")
+    return 1, seq, flags, key, n, seq - (lag - 1) if lag and lag - 1 <= seq else 0
 
 
 def slot_copy_offset(i: int, copy: int, extent: int, vbytes: int) -> int:

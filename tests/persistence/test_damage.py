@@ -631,6 +631,23 @@ def test_a_damaged_rocksdb_store_is_corruption_then_salvaged_and_rebuilt(tmp_pat
     assert [t.name for t in (path / "store" / "db" / "lost").rglob("*.sst")] == [tables[0].name]
 
 
+def test_a_damaged_odirect_store_is_corruption_then_salvaged_and_rebuilt(tmp_path, capsys):
+    """odirect's salvage clears the copies that fail their checks; the store then serves the
+    older version of a damaged record, or loses one that had no other."""
+    path, n, damaged = tmp_path / "i", 120, 119
+    build(path, 0, n, backend="odirect")
+    with sarp.open(path) as index:
+        segments = sum(1 for _ in index.store.scan())
+    needle = tail_segment_bytes(damaged)  # the new segment's only version
+    slots = path / "store" / "slots.dat"
+    assert slots.read_bytes().count(needle) == 1
+    flip(slots, slots.read_bytes().find(needle) + 3)
+    with pytest.raises(CorruptionError, match="passes its checks.*sarp rebuild INDEX --salvage"):
+        with sarp.open(path) as index:  # the open's store probes, or the match, read it
+            index.match(tokens=sequence(damaged), max_retrieval=0)
+    salvage_then_check(path, n, damaged, segments, "odirect", capsys)
+
+
 def test_salvage_needs_a_store_with_a_repair_tool(tmp_path, capsys):
     from sarp.cli import main
     from sarp.errors import StoreKindError
@@ -639,7 +656,7 @@ def test_salvage_needs_a_store_with_a_repair_tool(tmp_path, capsys):
     with sarp.open(path, backend="flashlog", **CONFIG) as index:
         insert(index, 0)
     assert main(["rebuild", str(path), "--salvage"]) == 1
-    assert "salvage needs a wiredtiger or rocksdb store" in capsys.readouterr().err
+    assert "salvage needs a wiredtiger, rocksdb or odirect store" in capsys.readouterr().err
     with pytest.raises(TypeError, match="salvage must be a bool"):
         sarp.rebuild(path, salvage=1)  # type: ignore[arg-type]
     with pytest.raises(StoreKindError, match="holds a 'flashlog' store, not 'rocksdb'"):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +117,29 @@ def _run(root: Path, seed: int) -> None:
     _check(root, opts, inserted, whole, oracle, target, f"seed {seed}, {backend}, {done}")
 
 
-def _run_cut(root: Path, seed: int) -> None:
+@dataclass
+class Cut:
+    """A power-cut seed's session, ended by the cut, and the damage then done to one file."""
+
+    inserted: list[np.ndarray]  # block IDs of each insert, in order
+    acked: int  # inserted[:acked] were acknowledged
+    oracle: Oracle
+    target: Path  # the damaged file
+    where: str  # the seed, backend, mode and damage, for messages
+
+    @property
+    def records(self) -> bool:
+        """Whether the damage hit a journal or the store's records (WAL, page log, slots)."""
+        return self.target.name.startswith(("journal-", "wal.", "log.", "slots."))
+
+
+#: the options of the reopen after a power cut
+REOPEN: dict[str, Any] = dict(direct_io=False, snapshot_on_close=False)
+
+
+def cut_and_damage(root: Path, seed: int) -> Cut:
+    """Run power-cut seed ``seed`` at ``root``: a session on odirect or flashlog through
+    ``PowerLossIO``, ended by a power cut; then damage one of the index's files."""
     rng = np.random.default_rng(seed)
     cfg = random_config(rng, bounded=False)
     backend = str(rng.choice(["odirect", "flashlog"]))
@@ -124,7 +147,7 @@ def _run_cut(root: Path, seed: int) -> None:
     opts: dict[str, Any] = dict(durability=mode, snapshot_every_inserts=int(rng.choice([0, 0, 7])))
     oracle = Oracle()
     inserted: list[np.ndarray] = []
-    acked = 0  # inserted[:acked] were acknowledged
+    acked = 0
     io = PowerLossIO(seed)
     index = open_through(io, root, backend, **opts, **cfg)
     for ids, meta in _requests(rng, cfg["block_size"], oracle):
@@ -141,9 +164,14 @@ def _run_cut(root: Path, seed: int) -> None:
             index = open_through(io, root, backend, **opts)
     io.crash(str(rng.choice(["drop", "tear", "reorder"])))
     target, done = _damage_one(rng, root)
-    records = target.name.startswith(("journal-", "wal.", "log.", "slots."))
-    _check(root, dict(direct_io=False, snapshot_on_close=False), inserted, 0 if records else acked,
-           oracle, target, f"seed {seed}, {backend}, {mode}, power cut, {done}")
+    return Cut(inserted, acked, oracle, target,
+               f"seed {seed}, {backend}, {mode}, power cut, {done}")
+
+
+def _run_cut(root: Path, seed: int) -> None:
+    cut = cut_and_damage(root, seed)
+    _check(root, REOPEN, cut.inserted, 0 if cut.records else cut.acked, cut.oracle, cut.target,
+           cut.where)
 
 
 def _check(root: Path, opts: dict[str, Any], inserted: list[np.ndarray], whole: int,
