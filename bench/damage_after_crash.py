@@ -11,19 +11,22 @@ that nothing unverified is served; this counts how much of such damage is detect
 
     python bench/damage_after_crash.py --seeds 1000
 
-Run from the repository's root (it imports the test's session).
+It imports the test's session from the repository's ``tests``.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import sys
 import tempfile
 from pathlib import Path
 
 import sarp
 from sarp.errors import CorruptionError, SarpError
-from tests.persistence.test_random_damage import REOPEN, Cut, cut_and_damage
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's tests
+from tests.persistence.test_random_damage import REOPEN, Cut, cut_and_damage  # noqa: E402
 
 STORE_RECORDS = ("wal.", "log.", "slots.")
 
