@@ -128,9 +128,15 @@ class Cut:
     where: str  # the seed, backend, mode and damage, for messages
 
     @property
+    def store_records(self) -> bool:
+        """Whether the damage hit the store's records (flashlog's WAL or page log, odirect's
+        slots)."""
+        return self.target.name.startswith(("wal.", "log.", "slots."))
+
+    @property
     def records(self) -> bool:
-        """Whether the damage hit a journal or the store's records (WAL, page log, slots)."""
-        return self.target.name.startswith(("journal-", "wal.", "log.", "slots."))
+        """Whether the damage hit a journal or the store's records."""
+        return self.store_records or self.target.name.startswith("journal-")
 
 
 #: the options of the reopen after a power cut
