@@ -391,6 +391,24 @@ def test_odirect_a_torn_rewrite_is_cleared_so_no_later_crash_takes_it_for_damage
         assert s.get_many([5, 6, 7]) == [b"o" * 1000 + b"OLD", b"later", b"later still"]
 
 
+class SlotCalls(FileIO):
+    """File I/O that records its writes (w) and syncs (s) of slots.dat, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def _pwrite(self, f, buf, offset):
+        if f.path.name == "slots.dat":
+            self.calls.append("w")
+        super()._pwrite(f, buf, offset)
+
+    def _sync(self, f, data_only):
+        if f.path.name == "slots.dat":
+            self.calls.append("s")
+        super()._sync(f, data_only)
+
+
 def test_odirect_clearing_after_a_crash_syncs_between_the_two_copies(tmp_path: Path) -> None:
     """The open after a crash zeroes torn first writes one copy at a time with a sync between,
     so that no later crash leaves a slot with two damaged copies."""
@@ -401,25 +419,28 @@ def test_odirect_clearing_after_a_crash_syncs_between_the_two_copies(tmp_path: P
     io.crash("drop")  # unclean: the next open checks every slot
     f, off = _only_offset(tmp_path / "s", b"t" * 100 + b"TORN")
     _flip(f, off)  # key 2's only copy, as a torn first write leaves it
-    calls: list[str] = []  # the open's writes (w) and syncs (s) of slots.dat
-
-    class Watch(FileIO):
-        def _pwrite(self, f, buf, offset):
-            if f.path.name == "slots.dat":
-                calls.append("w")
-            super()._pwrite(f, buf, offset)
-
-        def _sync(self, f, data_only):
-            if f.path.name == "slots.dat":
-                calls.append("s")
-            super()._sync(f, data_only)
-
-    s2 = _open("odirect", tmp_path / "s", io=Watch())
-    zeroing = "".join(calls)
+    watch = SlotCalls()
+    s2 = _open("odirect", tmp_path / "s", io=watch)
+    zeroing = "".join(watch.calls)
     with s2:
         assert s2.get_many([1, 2]) == [b"durable", None]
     # the first copy's zero write, a sync, the second copy's, a sync
     assert zeroing == "wsws", zeroing
+
+
+def test_odirect_an_open_after_a_crash_syncs_what_it_found(tmp_path: Path) -> None:
+    """An open after a crash that clears nothing still syncs slots.dat, once and before any
+    write: the versions written next record every version it found as synced (the synced
+    lag), so what it found must be durable first."""
+    io = PowerLossIO(0)
+    s = _open("odirect", tmp_path / "s", io=io)
+    s.put_many([(1, b"durable"), (2, b"also")])
+    s.flush()
+    io.crash("drop")  # unclean, and nothing torn to clear
+    watch = SlotCalls()
+    with _open("odirect", tmp_path / "s", io=watch) as s2:
+        assert "".join(watch.calls) == "s"
+        assert s2.get_many([1, 2]) == [b"durable", b"also"]
 
 
 @pytest.mark.parametrize("seed", range(4))
