@@ -3,12 +3,14 @@
 Each slot holds two versions of its record; a rewrite goes to the copy that does not hold the
 newest synced version, so a torn write leaves the last durable record readable. One bit per slot
 in memory says which copy is the newest, so a get reads one copy (one block for a segment
-record) and a put writes without reading first; the bits are saved at a clean close and rebuilt
-by a scan after a crash. Dense keys (segment ids) are slot numbers, so no key index is kept in
-memory; sparse keys map to slots through a table rebuilt from the slots' own headers at open,
-with the free slots. The file is laid out in extents of ``EXTENT_SLOTS`` slots, each extent holding
-the copies 0 of its slots, then their copies 1: the versions a batch writes into consecutive
-slots lie side by side, and each run of them is written with one call.
+record) and a put writes without reading first. The bits are saved at a clean close and at
+checkpoints; after a crash a scan rebuilds them, for dense keys only in the regions of the file
+written since the last checkpoint, which a write-intent list (DIRTY) names before their first
+write. Dense keys (segment ids) are slot numbers, so no key index is kept in memory; sparse keys
+map to slots through a table rebuilt from the slots' own headers at open, with the free slots.
+The file is laid out in extents of ``EXTENT_SLOTS`` slots, each extent holding the copies 0 of
+its slots, then their copies 1: the versions a batch writes into consecutive slots lie side by
+side, and each run of them is written with one call.
 Format: docs/odirect_format.txt.
 """
 
@@ -50,7 +52,10 @@ from storage_backends.base import SALVAGE_HINT, RecordStore, check_io
 from storage_backends.io import FileIO, aligned_buffer, block_size, round_up
 from storage_backends.superblock import read_superblock, write_superblock
 
-HEADER_MAGIC = b"SARPODH3"
+HEADER_MAGIC = b"SARPODH4"
+#: HEADER of the builds before the write-intent list: read, and rewritten as HEADER_MAGIC
+#: (which those builds refuse: they would write regions that DIRTY does not name)
+PREVIOUS_HEADER_MAGIC = b"SARPODH3"
 #: the magic of the layout before extents (each slot's two copies side by side)
 OLD_HEADER_MAGICS = (b"SARPODH2",)
 # key_mode, block size, max_value_size, version bytes, extent slots, clean, next sequence number
@@ -58,15 +63,23 @@ _HEADER = struct.Struct("<BIIIIBQ")
 COPIES_MAGIC = b"SARPODC3"
 # next sequence number, slots, bytes of slots.dat; then the newest-copy bitmap
 _COPIES = struct.Struct("<QQQ")
+DIRTY_MAGIC = b"SARPODD1"
+# checkpoint (the next sequence number of its COPIES), slots per region, regions; then the
+# regions written since that checkpoint, u64 each
+_DIRTY = struct.Struct("<QQQ")
 KEY_MODES = ("dense", "sparse")
 #: the largest slot file a dense store grows to: 16 TiB, ext4's largest file (4 KiB blocks)
 MAX_FILE_BYTES = 1 << 44
 
 #: slots per extent: an extent holds the copies 0 of its slots, then their copies 1
 EXTENT_SLOTS = 64
-#: bytes per read when scanning the file: whole extents, at least one, at most the file's; a
-#: larger read takes less time per byte from a fast device (a transient buffer of the open)
+#: bytes per read when scanning the file, and per region of the write-intent list: whole
+#: extents, at least one; a larger read takes less time per byte from a fast device (a
+#: transient buffer of the open)
 SCAN_BYTES = 8 << 20
+#: regions written since the last checkpoint that make a write sync and checkpoint (dense
+#: keys): an open after a crash scans that many (256 MiB of slot file), and one batch's, at most
+CHECKPOINT_REGIONS = 32
 RUN_BYTES = 1 << 20  # the most bytes one write of side-by-side versions takes
 #: the largest max_value_size (64 MiB): a slot's two copies are read and written whole
 MAX_VALUE_SIZE = 1 << 26
@@ -142,12 +155,26 @@ class ODirectStore(RecordStore):
         self._unsynced: set[int] = set()
         #: bit s set: copy 1 of slot s holds the newest version (else copy 0, or none)
         self._newer = bytearray()
+        #: slots per region of the write-intent list, and per read of a scan
+        self._region = max(1, SCAN_BYTES // self._extent_bytes) * self._extent
         repair = not clean or self._SALVAGING
         saved = not repair and self._load_copies()
-        if not saved or self._sparse:
+        regions = self._load_checkpoint() if repair and not self._SALVAGING else None
+        if regions is not None:
+            self._load_slots(repair=True, regions=regions)
+        elif not saved or self._sparse:
             self._load_slots(repair=repair, saved=bytes(self._newer) if saved else None)
         #: every version numbered below it is durable, as each version records
         self._synced = self._next_seq  # a clean close synced all; an unclean open syncs
+        #: dense keys: the regions DIRTY names, written since the last checkpoint (None in
+        #: sparse mode, whose open reads every slot for its slot table anyway)
+        self._dirty: set[int] | None = None
+        self._checkpoints = self._dirty_writes = 0
+        if not self._sparse:
+            if not saved:  # the bits the open rebuilt, all durable now: a checkpoint
+                self._save_copies()
+            self._checkpoint_seq = self._next_seq
+            self._write_dirty(set())
         self._write_header(clean=False)
 
     # -- header and the saved newest-copy bits -------------------------------------------------
@@ -165,8 +192,11 @@ class ODirectStore(RecordStore):
             self._vbytes = round_up(mvs + VERSION_OVERHEAD, self._block)
             self._extent = EXTENT_SLOTS
             return False, True
+        magic = HEADER_MAGIC
+        if self._io.read_whole(hpath)[:8] == PREVIOUS_HEADER_MAGIC:
+            magic = PREVIOUS_HEADER_MAGIC  # the same payload; rewritten at this open
         try:
-            payload = read_superblock(self._io, hpath, HEADER_MAGIC)
+            payload = read_superblock(self._io, hpath, magic)
         except BadMagicError:
             if self._io.read_whole(hpath)[:8] in OLD_HEADER_MAGICS:
                 raise UnsupportedVersionError(
@@ -221,6 +251,52 @@ class ODirectStore(RecordStore):
         payload = _COPIES.pack(self._next_seq, self._nslots, self._data.size()) + bits
         write_superblock(self._io, self.path / "COPIES", COPIES_MAGIC, payload)
 
+    def _load_checkpoint(self) -> set[int] | None:
+        """After a crash (dense keys): load the newest-copy bits of the last checkpoint and
+        return the regions written since, which DIRTY names (a slot past the checkpoint's bits
+        and in no such region was never written). None without a usable checkpoint (missing,
+        damaged, of another region size, or not of one checkpoint): the caller then scans
+        every slot. A slot file shorter than at the checkpoint is corruption, as after a clean
+        close."""
+        if self._sparse:
+            return None
+        try:
+            dirty = read_superblock(self._io, self.path / "DIRTY", DIRTY_MAGIC)
+            copies = read_superblock(self._io, self.path / "COPIES", COPIES_MAGIC)
+        except (OSError, CorruptionError):
+            return None
+        if len(dirty) < _DIRTY.size or len(copies) < _COPIES.size:
+            return None
+        seq, region, count = _DIRTY.unpack_from(dirty)
+        copies_seq, slots, size = _COPIES.unpack_from(copies)
+        bits = copies[_COPIES.size:]
+        if (seq != copies_seq or region != self._region or len(dirty) != _DIRTY.size + 8 * count
+                or len(bits) != -(-slots // 8)):
+            return None
+        if size > self._data.size():
+            raise CorruptionError(f"slots.dat: {self._data.size()} bytes, {size} at the last "
+                                  f"checkpoint (cut short); {SALVAGE_HINT}")
+        self._newer = bytearray(bits)
+        self._next_seq = max(self._next_seq, seq)
+        return set(np.frombuffer(dirty, "<u8", count, _DIRTY.size).tolist())
+
+    def _write_dirty(self, regions: set[int]) -> None:
+        """Durably name ``regions`` in DIRTY as written since the checkpoint whose COPIES has
+        the next sequence number ``_checkpoint_seq``."""
+        rows = np.array(sorted(regions), "<u8").tobytes()
+        payload = _DIRTY.pack(self._checkpoint_seq, self._region, len(regions)) + rows
+        write_superblock(self._io, self.path / "DIRTY", DIRTY_MAGIC, payload)
+        self._dirty = regions
+        self._dirty_writes += 1
+
+    def _checkpoint(self) -> None:
+        """Save the newest-copy bits, all durable (after a sync), and name no region written
+        since: an open after a crash then scans only what is written later."""
+        self._save_copies()
+        self._checkpoint_seq = self._next_seq
+        self._write_dirty(set())
+        self._checkpoints += 1
+
     def _newest_copy(self, slot: int) -> int:
         return _bit(self._newer, slot)
 
@@ -271,6 +347,10 @@ class ODirectStore(RecordStore):
             newest = self._newest_copy(slot)
             copy = newest if slot in self._unsynced else 1 - newest
             planned.append((self._offset(slot, copy), slot, copy, flags, key, value))
+        if self._dirty is not None:  # DIRTY names a region before its first write since
+            regions = {slot // self._region for _, slot, *_ in planned}
+            if not regions <= self._dirty:
+                self._write_dirty(self._dirty | regions)
         v = self._vbytes
         first = 0
         while first < len(planned):
@@ -280,8 +360,9 @@ class ODirectStore(RecordStore):
                 end += 1
             self._write_run(planned[first:end])
             first = end
-        if len(self._unsynced) >= UNSYNCED_LIMIT:
-            self._sync()
+        if len(self._unsynced) >= UNSYNCED_LIMIT or (
+                self._dirty is not None and len(self._dirty) >= CHECKPOINT_REGIONS):
+            self._sync()  # which checkpoints once enough regions are named
 
     def _write_run(self, run: list[tuple[int, int, int, int, int, bytes]]) -> None:
         """Write versions that lie side by side, from ``run[0]``'s offset, with one call."""
@@ -322,6 +403,8 @@ class ODirectStore(RecordStore):
         self._synced = synced
         self._unsynced.clear()
         self._count(syncs=1)
+        if self._dirty is not None and len(self._dirty) >= CHECKPOINT_REGIONS:
+            self._checkpoint()
 
     # -- slots of keys -------------------------------------------------------------------------
     def _slot(self, key: int) -> int | None:
@@ -340,24 +423,25 @@ class ODirectStore(RecordStore):
             return first
         return heapq.heappop(self._free)
 
-    def _chunks(self) -> Iterator[tuple[int, Any, _Parsed]]:
-        """(first slot, buffer, ``parse_slots`` of the buffer) for every slot of the file, read
-        in large aligned chunks of whole extents, in order; slot by slot where one extent is
-        larger than a chunk (large values), so that a scan's memory stays bounded. Each buffer
-        is reused by the next chunk."""
+    def _chunks(self, regions: set[int] | None = None) -> Iterator[tuple[int, Any, _Parsed]]:
+        """(first slot, buffer, ``parse_slots`` of the buffer) for every slot of the file, or
+        of ``regions``, read in large aligned chunks of a region each, in order; slot by slot
+        where one extent is larger than a chunk (large values), so that a scan's memory stays
+        bounded. Each buffer is reused by the next chunk."""
         if not self._nslots:
             return
-        v, m = self._vbytes, self._max_value
+        v, m, step = self._vbytes, self._max_value, self._region
         if self._extent_bytes > SCAN_BYTES:
             buf = aligned_buffer(2 * v)
             for slot in range(self._nslots):
-                self._read_copies(buf, slot)  # copy c at c * V: extents of one slot
-                yield slot, buf, parse_slots(buf, slot, 1, 1, v, m)
+                if regions is None or slot // step in regions:
+                    self._read_copies(buf, slot)  # copy c at c * V: extents of one slot
+                    yield slot, buf, parse_slots(buf, slot, 1, 1, v, m)
             return
-        extents = min(SCAN_BYTES // self._extent_bytes, -(-self._nslots // self._extent))
-        chunk = aligned_buffer(extents * self._extent_bytes)
-        step = extents * self._extent
+        chunk = aligned_buffer(min(step, self._nslots) // self._extent * self._extent_bytes)
         for first in range(0, self._nslots, step):
+            if regions is not None and first // step not in regions:
+                continue
             n = self._data.pread(chunk, self._offset(first, 0))
             chunk[n:] = bytes(len(chunk) - n)
             count = min(step, self._nslots - first)
@@ -370,11 +454,13 @@ class ODirectStore(RecordStore):
         return [(int(state[i, c]), int(seq[i, c]), int(flags[i, c]), int(key[i, c]),
                  int(length[i, c]), int(synced[i, c])) for c in (0, 1)]
 
-    def _load_slots(self, repair: bool, saved: bytes | None = None) -> None:
+    def _load_slots(self, repair: bool, saved: bytes | None = None,
+                    regions: set[int] | None = None) -> None:
         """Rebuild the newest-copy bits, the next sequence number and (sparse) the slot table
-        and free list from every slot; after a crash, clear the copies torn writes left, and
-        sync. ``saved``: the bits of the clean close just before (sparse mode), whose copies
-        must pass their checks. Each chunk's versions are checked by ``parse_slots`` and
+        and free list from every slot, or (dense) from the slots of ``regions`` over the bits
+        of a checkpoint; after a crash, clear the copies torn writes left, and sync.
+        ``saved``: the bits of the clean close just before (sparse mode), whose copies must
+        pass their checks. Each chunk's versions are checked by ``parse_slots`` and
         picked here by array operations; only the slots that need it are visited one by one.
 
         After a crash a copy failing its checks is taken for a write the crash tore, unless
@@ -391,15 +477,16 @@ class ODirectStore(RecordStore):
         torn: list[tuple[int, int, int, int]] = []  # (slot, copy, its seq, the other's): bad
         newest: dict[int, tuple[int, int, int]] = {}  # key -> (seq, slot, flags) of its newest
         synced = 0  # the versions below it were durable, as the valid versions record
-        self._newer = bytearray(-(-self._nslots // 8))
-        for first, _, parsed in self._chunks():
+        if regions is None:
+            self._newer = bytearray(-(-self._nslots // 8))
+        for first, _, parsed in self._chunks(regions):
             state, seq, flags, key = parsed[:4]
             if saved is not None:
                 self._check_saved(parsed, first, saved)
             valid = state == VALID
             one = valid[:, 1] & (~valid[:, 0] | (seq[:, 1] > seq[:, 0]))  # copy 1 is newest
             found = valid.any(axis=1)
-            self._or_newest_copies(first, one)
+            self._set_newest_copies(first, one)
             if found.any():
                 self._next_seq = max(self._next_seq, int(seq[valid].max()) + 1)
                 synced = max(synced, int(parsed[6][valid].max()))
@@ -484,13 +571,14 @@ class ODirectStore(RecordStore):
         for i in np.flatnonzero(~served)[:1].tolist():
             self._served(self._slot_states(parsed, i), first + i, int(named[i]))
 
-    def _or_newest_copies(self, first: int, one: npt.NDArray[np.bool_]) -> None:
-        """Set the newest-copy bits of slots ``first`` + i where ``one[i]``."""
-        lead = first & 7
-        packed = np.packbits(np.concatenate([np.zeros(lead, bool), one]), bitorder="little")
-        at = first >> 3
-        old = np.frombuffer(self._newer[at:at + len(packed)], np.uint8)
-        self._newer[at:at + len(packed)] = (old | packed).tobytes()
+    def _set_newest_copies(self, first: int, one: npt.NDArray[np.bool_]) -> None:
+        """Set the newest-copy bit of each slot ``first`` + i to ``one[i]``."""
+        lo, hi = first >> 3, (first + len(one) + 7) >> 3
+        if len(self._newer) < hi:
+            self._newer.extend(bytes(hi - len(self._newer)))
+        bits = np.unpackbits(np.frombuffer(self._newer[lo:hi], np.uint8), bitorder="little")
+        bits[first & 7:(first & 7) + len(one)] = one
+        self._newer[lo:hi] = np.packbits(bits, bitorder="little").tobytes()
 
     # -- the record-store primitives -------------------------------------------------------------
     def _put_many(self, pairs: list[tuple[int, bytes]]) -> None:
@@ -620,6 +708,9 @@ class ODirectStore(RecordStore):
                 "max_value_size": self._max_value,
                 "slot_bytes": self._slot_bytes,
                 "slots": self._nslots,
+                "dirty_regions": -1 if self._dirty is None else len(self._dirty),
+                "checkpoints": self._checkpoints,
+                "dirty_writes": self._dirty_writes,
                 "free_slots": len(self._free),
                 "dram_bytes": len(self._newer) + self._slot_table_bytes() + self._unsynced_bytes(),
                 "direct_io_effective": self._data.direct,

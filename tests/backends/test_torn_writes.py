@@ -48,6 +48,13 @@ def test_power_loss_keeps_every_durable_value(kind: str, options: dict[str, Any]
                                               tmp_path: Path) -> None:
     """Batches of new keys are written in runs (odirect, sparse and dense keys): a torn run
     leaves each of its keys old or new too."""
+    power_loss_session(kind, options, durability, mode, seed, tmp_path)
+
+
+def power_loss_session(kind: str, options: dict[str, Any], durability: str, mode: str,
+                       seed: int, tmp_path: Path) -> None:
+    """Random puts and deletes of keys below 200, flushed now and then, a power cut of
+    ``mode``, then a reopen: each key reads as its last durable value or a later one."""
     rng = random.Random(seed)
     io = PowerLossIO(seed)
     s = _open(kind, tmp_path / "s", durability, io=io, **options)
