@@ -192,17 +192,17 @@ class ODirectStore(RecordStore):
             self._vbytes = round_up(mvs + VERSION_OVERHEAD, self._block)
             self._extent = EXTENT_SLOTS
             return False, True
-        magic = HEADER_MAGIC
-        if self._io.read_whole(hpath)[:8] == PREVIOUS_HEADER_MAGIC:
-            magic = PREVIOUS_HEADER_MAGIC  # the same payload; rewritten at this open
         try:
-            payload = read_superblock(self._io, hpath, magic)
+            payload = read_superblock(self._io, hpath, HEADER_MAGIC)
         except BadMagicError:
-            if self._io.read_whole(hpath)[:8] in OLD_HEADER_MAGICS:
+            magic = self._io.read_whole(hpath)[:8]
+            if magic in OLD_HEADER_MAGICS:
                 raise UnsupportedVersionError(
                     f"{str(self.path)!r}: an odirect store of an older slot layout (before "
                     "extents); this version cannot read it") from None
-            raise
+            if magic != PREVIOUS_HEADER_MAGIC:
+                raise
+            payload = read_superblock(self._io, hpath, magic)  # rewritten at this open
         if len(payload) != _HEADER.size:
             raise BadLengthError(f"HEADER: payload of {len(payload)} bytes, expected "
                                  f"{_HEADER.size}")

@@ -116,6 +116,7 @@ def _index_row(name: str, backend: str, blocks: int, copies: int, base: list[np.
         getattr(index, "drain", lambda: None)()
         build_s = time.perf_counter() - t0
         snap = index.snapshot()
+        built = index.stats().get("store")
     finally:
         index.close()
     rec = _median_reopen(design, path, setup, repeat)  # none inserts: each recovers the same
@@ -130,6 +131,8 @@ def _index_row(name: str, backend: str, blocks: int, copies: int, base: list[np.
     row = {"blocks": blocks, "design": name, "backend": store if design.ssd else "dram",
            "recovery_s": rec.get("total_s", rec.get("seconds")), "build_s": build_s,
            "snapshot_bytes": snap.get("bytes", snap.get("bytes_written"))}
+    for k in ("checkpoints", "dirty_writes"):  # odirect's, with dense keys
+        row[f"build_store_{k}"] = built.get(k) if isinstance(built, dict) else None
     row.update({k: rec.get(k) for k in (*RECOVERY_STAGES, "store_bytes_read", "first_insert_s")})
     row.update(crash)
     return row

@@ -454,8 +454,11 @@ def test_sarp_recovery_after_a_crash_replays_what_the_killed_writer_left(tmp_pat
     assert not any(tmp_path.rglob("*-crashed"))
     if backend == "odirect":  # a clean open reads what its close saved, an unclean one the slots
         assert row["crash_store_bytes_read"] > 10 * row["store_bytes_read"] > 0
+        # the build's open names no region, its first write one; a small store: no checkpoint
+        assert row["build_store_dirty_writes"] == 2 and row["build_store_checkpoints"] == 0
     else:  # WiredTiger does its own I/O
         assert row["crash_store_bytes_read"] is None and row["store_bytes_read"] is None
+        assert row["build_store_dirty_writes"] is None
 
 
 def test_a_row_times_its_reopen_from_the_disk(tmp_path, monkeypatch):
