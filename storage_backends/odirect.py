@@ -195,7 +195,7 @@ class ODirectStore(RecordStore):
         try:
             payload = read_superblock(self._io, hpath, HEADER_MAGIC)
         except BadMagicError:
-            magic = self._io.read_whole(hpath)[:8]
+            magic = bytes(self._io.read_whole(hpath)[:8])
             if magic in OLD_HEADER_MAGICS:
                 raise UnsupportedVersionError(
                     f"{str(self.path)!r}: an odirect store of an older slot layout (before "
