@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sarp.errors import CorruptionError
+from sarp.errors import CorruptionError, WritesStoppedError
 from storage_backends import odirect, salvage
 from storage_backends.io import FileIO, PowerLossIO
 from storage_backends.odirect import EXTENT_SLOTS, ODirectStore
@@ -227,3 +227,45 @@ def test_power_loss_across_checkpoints_keeps_every_durable_value(
     """The randomized power cuts of test_torn_writes over four regions, checkpointed as the
     session goes: cuts fall between a region's naming and its write, and inside checkpoints."""
     power_loss_session("odirect", {"key_mode": "dense"}, durability, mode, seed, tmp_path)
+
+
+class FailSyncOf(PowerLossIO):
+    """PowerLossIO whose next sync of a file named ``name`` (DIRTY.tmp, COPIES.tmp), once
+    set, fails."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.name: str | None = None
+
+    def _sync(self, f: Any, data_only: bool) -> None:
+        if f.path.name == self.name:
+            self.name = None
+            self.fail_syncs(1)
+        super()._sync(f, data_only)
+
+
+@pytest.mark.parametrize("failing", ["DIRTY.tmp", "COPIES.tmp"])
+def test_a_failed_sync_of_dirty_or_of_a_checkpoint_stops_writes_and_loses_nothing(
+        tmp_path: Path, failing: str) -> None:
+    """The put that names a fourth region fails at DIRTY's sync (before its slot is written)
+    or at the checkpoint's COPIES (after its slot is synced): it raises, later writes are
+    refused, and after a power cut every acknowledged value reads back."""
+    path = tmp_path / "s"
+    io = FailSyncOf()
+    s = _dense(path, io)
+    acked = {k: b"v%d" % k for k in (0, K, 2 * K)}
+    s.put_many(acked.items())
+    s.flush()
+    io.name = failing
+    with pytest.raises(OSError, match=f"simulated failed sync of {failing}"):
+        s.put(3 * K, b"unacknowledged")
+    with pytest.raises(WritesStoppedError):
+        s.put(1, b"refused")
+    s.close()
+    io.crash("drop")
+    with _dense(path) as s2:
+        assert s2.get_many(list(acked)) == list(acked.values())
+        assert s2.get(3 * K) in (None, b"unacknowledged")
+        assert s2.get(1) is None
+        s2.put(1, b"after")
+        assert s2.get(1) == b"after"

@@ -24,6 +24,7 @@ import pytest
 
 import sarp
 from sarp.errors import SarpError, SyncFailedError, WritesStoppedError
+from storage_backends import odirect
 from storage_backends.io import PowerLossIO
 
 from ..index.helpers import metadata_for, random_config
@@ -114,6 +115,31 @@ def test_a_power_cut_loses_no_acknowledged_insert(tmp_path: Path, seed: int,
 def test_a_power_cut_loses_no_acknowledged_insert_over_many_seeds(tmp_path: Path, seed: int,
                                                                   mixed: bool) -> None:
     _check(tmp_path, seed, mixed)
+
+
+#: seeds whose session runs on odirect
+ODIRECT_SEEDS = [s for s in range(200) if random.Random(s).choice(["odirect", "flashlog"])
+                 == "odirect"]
+
+
+@pytest.mark.parametrize("seed", ODIRECT_SEEDS[:6])
+def test_a_power_cut_across_odirect_checkpoints_loses_no_acknowledged_insert(
+        tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sessions on odirect in write-intent regions of one extent (64 segments),
+    checkpointed once two are named: the failed syncs and power cuts fall on DIRTY and
+    COPIES too, and the opens after a kill or the cut read only the regions named."""
+    monkeypatch.setattr(odirect, "SCAN_BYTES", 1)
+    monkeypatch.setattr(odirect, "CHECKPOINT_REGIONS", 2)
+    _check(tmp_path, seed, mixed=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", ODIRECT_SEEDS[6:])
+def test_a_power_cut_across_odirect_checkpoints_over_many_seeds(
+        tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(odirect, "SCAN_BYTES", 1)
+    monkeypatch.setattr(odirect, "CHECKPOINT_REGIONS", 2)
+    _check(tmp_path, seed, mixed=True)
 
 
 @pytest.mark.slow
