@@ -30,8 +30,8 @@ ODIRECT_REGIONS = "odirect-regions"
 
 def small_regions() -> None:
     """odirect's write-intent regions of one extent (scanned slot by slot), and a checkpoint
-    at every sync once two regions are named; the process that checks the store sets the
-    same, so that its open uses the checkpoint."""
+    once two regions are named; the process that checks the store sets the same, so that its
+    open uses the checkpoint."""
     odirect.SCAN_BYTES = 1
     odirect.CHECKPOINT_REGIONS = 2
 
