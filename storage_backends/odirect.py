@@ -431,17 +431,17 @@ class ODirectStore(RecordStore):
         if not self._nslots:
             return
         v, m, step = self._vbytes, self._max_value, self._region
+        firsts = (range(0, self._nslots, step) if regions is None
+                  else [r * step for r in sorted(regions) if r * step < self._nslots])
         if self._extent_bytes > SCAN_BYTES:
             buf = aligned_buffer(2 * v)
-            for slot in range(self._nslots):
-                if regions is None or slot // step in regions:
+            for first in firsts:
+                for slot in range(first, min(first + step, self._nslots)):
                     self._read_copies(buf, slot)  # copy c at c * V: extents of one slot
                     yield slot, buf, parse_slots(buf, slot, 1, 1, v, m)
             return
         chunk = aligned_buffer(min(step, self._nslots) // self._extent * self._extent_bytes)
-        for first in range(0, self._nslots, step):
-            if regions is not None and first // step not in regions:
-                continue
+        for first in firsts:
             n = self._data.pread(chunk, self._offset(first, 0))
             chunk[n:] = bytes(len(chunk) - n)
             count = min(step, self._nslots - first)

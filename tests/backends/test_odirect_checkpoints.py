@@ -95,11 +95,13 @@ def test_a_region_is_named_before_its_first_write_and_a_sync_checkpoints(
     s.close()
 
 
+@pytest.mark.parametrize("scan_bytes", [REGION_BYTES, 1])  # a region per read; slot by slot
 def test_an_open_after_a_crash_scans_only_the_regions_named_since_the_checkpoint(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scan_bytes: int) -> None:
     """Eight regions written and checkpointed; then a rewrite in region 3 and new keys in
     region 9, synced, and an unsynced rewrite in region 5 the crash drops. The open reads
     those three regions, no other, and serves every synced version."""
+    monkeypatch.setattr(odirect, "SCAN_BYTES", scan_bytes)  # regions of one extent either way
     path = tmp_path / "s"
     io = PowerLossIO(0)
     s = _dense(path, io)
