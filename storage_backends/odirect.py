@@ -230,21 +230,34 @@ class ODirectStore(RecordStore):
         one); False if they are missing, damaged or not of this state of the file (the caller
         then scans the slots). A slot file shorter than that close left it is corruption: its
         records were cut off since."""
-        try:
-            payload = read_superblock(self._io, self.path / "COPIES", COPIES_MAGIC)
-        except (OSError, CorruptionError):
+        saved = self._saved_copies()
+        if saved is None:
             return False
-        if len(payload) < _COPIES.size:
-            return False
-        seq, slots, size = _COPIES.unpack_from(payload)
-        if seq == self._next_seq and size > self._data.size():
-            raise CorruptionError(f"slots.dat: {self._data.size()} bytes, {size} at the clean "
-                                  "close (cut short)")
-        bits = payload[_COPIES.size:]
+        seq, slots, size, bits = saved
+        if seq == self._next_seq:
+            self._check_not_cut(size, "the clean close")
         if seq != self._next_seq or slots != self._nslots or len(bits) != -(-slots // 8):
             return False
         self._newer = bytearray(bits)
         return True
+
+    def _saved_copies(self) -> tuple[int, int, int, bytes] | None:
+        """(next sequence number, slots, bytes of slots.dat, bits) of COPIES; None if it is
+        missing or damaged."""
+        try:
+            payload = read_superblock(self._io, self.path / "COPIES", COPIES_MAGIC)
+        except (OSError, CorruptionError):
+            return None
+        if len(payload) < _COPIES.size:
+            return None
+        return (*_COPIES.unpack_from(payload), payload[_COPIES.size:])
+
+    def _check_not_cut(self, size: int, when: str) -> None:
+        """Raise CorruptionError if slots.dat is now shorter than the ``size`` it had at
+        ``when``: the store never shortens it, so its records were cut off since."""
+        if size > self._data.size():
+            raise CorruptionError(f"slots.dat: {self._data.size()} bytes, {size} at {when} "
+                                  f"(cut short); {SALVAGE_HINT}")
 
     def _save_copies(self) -> None:
         bits = bytes(self._newer).ljust(-(-self._nslots // 8), b"\0")  # grown lazily
@@ -262,20 +275,17 @@ class ODirectStore(RecordStore):
             return None
         try:
             dirty = read_superblock(self._io, self.path / "DIRTY", DIRTY_MAGIC)
-            copies = read_superblock(self._io, self.path / "COPIES", COPIES_MAGIC)
         except (OSError, CorruptionError):
             return None
-        if len(dirty) < _DIRTY.size or len(copies) < _COPIES.size:
+        saved = self._saved_copies()
+        if saved is None or len(dirty) < _DIRTY.size:
             return None
         seq, region, count = _DIRTY.unpack_from(dirty)
-        copies_seq, slots, size = _COPIES.unpack_from(copies)
-        bits = copies[_COPIES.size:]
+        copies_seq, slots, size, bits = saved
         if (seq != copies_seq or region != self._region or len(dirty) != _DIRTY.size + 8 * count
                 or len(bits) != -(-slots // 8)):
             return None
-        if size > self._data.size():
-            raise CorruptionError(f"slots.dat: {self._data.size()} bytes, {size} at the last "
-                                  f"checkpoint (cut short); {SALVAGE_HINT}")
+        self._check_not_cut(size, "the last checkpoint")
         self._newer = bytearray(bits)
         self._next_seq = max(self._next_seq, seq)
         return set(np.frombuffer(dirty, "<u8", count, _DIRTY.size).tolist())
@@ -288,6 +298,10 @@ class ODirectStore(RecordStore):
         write_superblock(self._io, self.path / "DIRTY", DIRTY_MAGIC, payload)
         self._dirty = regions
         self._dirty_writes += 1
+
+    def _checkpoint_due(self) -> bool:
+        """Whether DIRTY names enough regions for a checkpoint (dense keys)."""
+        return self._dirty is not None and len(self._dirty) >= CHECKPOINT_REGIONS
 
     def _checkpoint(self) -> None:
         """Save the newest-copy bits, all durable (after a sync), and name no region written
@@ -360,9 +374,8 @@ class ODirectStore(RecordStore):
                 end += 1
             self._write_run(planned[first:end])
             first = end
-        if len(self._unsynced) >= UNSYNCED_LIMIT or (
-                self._dirty is not None and len(self._dirty) >= CHECKPOINT_REGIONS):
-            self._sync()  # which checkpoints once enough regions are named
+        if len(self._unsynced) >= UNSYNCED_LIMIT or self._checkpoint_due():
+            self._sync()  # which then checkpoints
 
     def _write_run(self, run: list[tuple[int, int, int, int, int, bytes]]) -> None:
         """Write versions that lie side by side, from ``run[0]``'s offset, with one call."""
@@ -403,7 +416,7 @@ class ODirectStore(RecordStore):
         self._synced = synced
         self._unsynced.clear()
         self._count(syncs=1)
-        if self._dirty is not None and len(self._dirty) >= CHECKPOINT_REGIONS:
+        if self._checkpoint_due():
             self._checkpoint()
 
     # -- slots of keys -------------------------------------------------------------------------
