@@ -122,10 +122,8 @@ ODIRECT_SEEDS = [s for s in range(200) if random.Random(s).choice(["odirect", "f
                  == "odirect"]
 
 
-@pytest.mark.parametrize("seed", ODIRECT_SEEDS[:6])
-def test_a_power_cut_across_odirect_checkpoints_loses_no_acknowledged_insert(
-        tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The sessions on odirect in write-intent regions of one extent (64 segments),
+def _check_across_checkpoints(tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The seed's session on odirect in write-intent regions of one extent (64 segments),
     checkpointed once two are named: the failed syncs and power cuts fall on DIRTY and
     COPIES too, and the opens after a kill or the cut read only the regions named."""
     monkeypatch.setattr(odirect, "SCAN_BYTES", 1)
@@ -133,13 +131,17 @@ def test_a_power_cut_across_odirect_checkpoints_loses_no_acknowledged_insert(
     _check(tmp_path, seed, mixed=True)
 
 
+@pytest.mark.parametrize("seed", ODIRECT_SEEDS[:6])
+def test_a_power_cut_across_odirect_checkpoints_loses_no_acknowledged_insert(
+        tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    _check_across_checkpoints(tmp_path, seed, monkeypatch)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", ODIRECT_SEEDS[6:])
 def test_a_power_cut_across_odirect_checkpoints_over_many_seeds(
         tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(odirect, "SCAN_BYTES", 1)
-    monkeypatch.setattr(odirect, "CHECKPOINT_REGIONS", 2)
-    _check(tmp_path, seed, mixed=True)
+    _check_across_checkpoints(tmp_path, seed, monkeypatch)
 
 
 @pytest.mark.slow
