@@ -49,6 +49,8 @@ def _integer_array(values: object, name: str, limit: int, dtype: type) -> np.nda
         raise TypeError(f"{name} must not be a masked array")
     if isinstance(values, np.ndarray) and values.dtype != object:
         return _from_array(values, name, limit, dtype)
+    if isinstance(values, np.ndarray):
+        _check_one_dimensional(values, name)
     # sets and mappings have no token order
     seq = (values.tolist() if isinstance(values, np.ndarray)
            else list(check_iterable(values, name, "a sequence of integers", (Set, Mapping))))
@@ -67,8 +69,7 @@ def _from_array(arr: np.ndarray, name: str, limit: int, dtype: type) -> np.ndarr
     if arr.dtype.kind not in "iu" and not (arr.size == 0 and arr.dtype.kind == "f"):
         # an empty float array (``np.array([])``) holds no value, like ``[]``
         raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
+    _check_one_dimensional(arr, name)
     fits = arr.dtype.kind == "u" and 2 ** (8 * arr.dtype.itemsize) <= limit
     if arr.size and not fits and (arr.min() < 0 or int(arr.max()) >= limit):
         raise ValueError(
@@ -76,3 +77,8 @@ def _from_array(arr: np.ndarray, name: str, limit: int, dtype: type) -> np.ndarr
             f"got values in [{arr.min()}, {arr.max()}]"
         )
     return np.require(arr, dtype, ("C", "A"))  # aligned too: the kernels take typed views
+
+
+def _check_one_dimensional(arr: np.ndarray, name: str) -> None:
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")

@@ -3,6 +3,7 @@ error naming the argument before anything is created or changed."""
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -17,9 +18,12 @@ def check_int(value: object, name: str, lo: int, hi: int = MAX_INT) -> int:
     non-integer (bools included), ValueError for one out of range."""
     if type(value) is int and lo <= value <= hi:  # the common case, checked first
         return value
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
+    try:
+        n = None if isinstance(value, bool) else operator.index(value)  # type: ignore[arg-type]
+    except TypeError:  # a numpy array's raises unless it holds one integer
+        n = None
+    if n is None:
         raise TypeError(f"{name} must be an integer, got {value!r}")
-    n = value.__index__()
     if not lo <= n <= hi:
         raise ValueError(f"{name} must be in [{lo}, {hi}], got {n}")
     return n

@@ -595,7 +595,7 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
     salvage_s = None
     if _salvage:
         t1 = time.perf_counter()
-        storage_backends.salvage(root / STORE_DIR, kind)
+        storage_backends.salvage(root / STORE_DIR, kind, dense_keys=True, **store_options)
         salvage_s = time.perf_counter() - t1
 
     def created_meanwhile() -> Index:
@@ -612,6 +612,7 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
         return index
 
     created = [p for p in (root, root / STORE_DIR) if not p.exists()]
+    above = _missing_parents(root)  # made by the store's creation
     # a failed creation also removes what it added to a directory that was there (sarp.json,
     # the first journal), which would otherwise name an index whose store is gone
     before = None if existing or not root.exists() else {p.name for p in root.iterdir()}
@@ -629,7 +630,7 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
         raise
     except BaseException:
         if existing or not cfg_file.exists():  # else what is there is another open's index
-            _remove_created(created, root, before, io)
+            _remove_created(created, above, root, before, io)
         raise
     store_open_s = time.perf_counter() - t0
     if not existing and cfg_file.exists():  # checked again under the store's lock
@@ -661,7 +662,7 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
             index.io.publish(cfg_file, dumps(cfg, index_id).encode())
     except BaseException:
         store.close()
-        _remove_created(created, root, before, io)
+        _remove_created(created, above, root, before, io)
         raise
     index.recovery["store_open_s"] = store_open_s
     index.recovery["redone_files"] = redone
@@ -677,6 +678,16 @@ def _index_path(path: object) -> Path:
     check_directory(root, f"path {str(root)!r} is a file, not an index directory",
                     f"path {str(root)!r} cannot be created")
     return root
+
+
+def _missing_parents(path: Path) -> list[Path]:
+    """The parents of ``path`` that do not exist, innermost first."""
+    missing = []
+    for parent in path.absolute().parents:
+        if parent.exists():
+            break
+        missing.append(parent)
+    return missing
 
 
 #: names ``open`` passes to the store itself, which ``store_options`` must not repeat
@@ -751,17 +762,23 @@ def _check_segments_fit(cfg: Config, store: storage_backends.RecordStore) -> Non
                          "either, or raise the store's max_value_size")
 
 
-def _remove_created(paths: list[Path], root: Path, before: set[str] | None,
+def _remove_created(paths: list[Path], above: list[Path], root: Path, before: set[str] | None,
                     io: FileIO) -> None:
     """Remove what a failed open created. Given ``before`` (the names ``root`` held before a
     creation in it), every entry added to ``root`` since, store/ included, then ``root`` is
     synced, so that a crash does not bring them back; else the first of ``paths`` that
-    exists, with all in it."""
+    exists, with all in it, then the directories ``above`` it that the open made (innermost
+    first) while they are empty: another open may be creating an index beside it."""
     if before is None:
         for p in paths:
             if p.exists():
                 shutil.rmtree(p, ignore_errors=True)
-                return
+                break
+        for p in above:
+            try:
+                p.rmdir()
+            except OSError:
+                return  # not empty, or gone: what is above it is not this open's alone
         return
     for p in root.iterdir():
         if p.name not in before:
@@ -783,7 +800,10 @@ def _check_open_options(every_inserts: object, every_seconds: object,
     if isinstance(every_seconds, bool) or not isinstance(every_seconds, numbers.Real):
         raise TypeError("snapshot_every_seconds must be a number (0: never), "
                         f"got {every_seconds!r}")
-    seconds = float(every_seconds)
+    try:
+        seconds = float(every_seconds)
+    except OverflowError:  # an int past the floats: not finite
+        seconds = math.inf
     if not 0 <= seconds < math.inf:
         raise ValueError("snapshot_every_seconds must be a non-negative finite number "
                          f"(0: never), got {every_seconds!r}")

@@ -43,12 +43,17 @@ def open_store(
     segment ids), so an engine that can address records by key does (odirect's dense mode),
     and WiredTiger keeps larger pages; explicit ``options`` take precedence.
     """
-    check_bool(dense_keys, "dense_keys")
-    store_cls = store_class(kind, options)
-    if dense_keys:
-        options = {**store_cls.DENSE_KEYS, **options}
+    store_cls, options = _engine(kind, dense_keys, options)
     return store_cls(path, memory_budget=memory_budget, durability=durability,
                      direct_io=direct_io, **options)
+
+
+def _engine(kind: object, dense_keys: bool,
+            options: Mapping[str, Any]) -> tuple[type[RecordStore], dict[str, Any]]:
+    """The engine class of ``kind`` and the options it is opened with (``open_store``)."""
+    check_bool(dense_keys, "dense_keys")
+    store_cls = store_class(kind, options)
+    return store_cls, {**store_cls.DENSE_KEYS, **options} if dense_keys else dict(options)
 
 
 def store_class(kind: object, options: Mapping[str, Any]) -> type[RecordStore]:
@@ -66,11 +71,15 @@ def store_class(kind: object, options: Mapping[str, Any]) -> type[RecordStore]:
     return store_cls
 
 
-def salvage(path: str | Path, kind: str | None = None) -> str:
+def salvage(path: str | Path, kind: str | None = None, dense_keys: bool = False,
+            **options: Any) -> str:
     """Repair the damaged store at ``path`` with its kind's repair tool (``SALVAGE``), after a
     read raised CorruptionError, keeping the records it can still read; returns the store's
     kind. What each engine loses: docs/durability.md. ``kind``: the kind the caller expects
-    (None: any). The store must not be open: its lock is taken."""
+    (None: any). ``dense_keys`` and ``options``: as ``open_store`` will open the store after
+    the repair; they are checked, against the store's own settings too, before anything is
+    repaired, so that an open refused for them leaves the store as it was. The store must
+    not be open: its lock is taken."""
     found = stored_kind(path)
     holds = f"{str(path)!r} holds " + ("no store" if found is None else f"a {found!r} store")
     if kind is not None and found != kind:
@@ -78,7 +87,8 @@ def salvage(path: str | Path, kind: str | None = None) -> str:
     if found not in SALVAGE:
         *some, last = SALVAGE
         raise ValueError(f"salvage needs a {', '.join(some)} or {last} store; {holds}")
-    importlib.import_module(SALVAGE[found]).salvage(path)
+    _, options = _engine(found, dense_keys, options)
+    importlib.import_module(SALVAGE[found]).salvage(path, **options)
     return found
 
 

@@ -744,13 +744,15 @@ class ODirectStore(RecordStore):
                 + len(self._slot_of) * 2 * sys.getsizeof(1 << 62))
 
 
-def salvage(path: str | Path) -> None:
+def salvage(path: str | Path, **options: Any) -> None:
     """Repair the odirect store at ``path`` after an open or a read found damage
     (``CorruptionError``): every slot is read, as after a crash, and every copy that fails
     its checks is cleared, so a slot serves its other copy where that one passes (an older
     version of its record) and is lost where none does. The store is then closed cleanly.
-    The store must not be open elsewhere (its lock is taken)."""
-    _SalvageStore(path).close()
+    ``options``: the store's open options (``key_mode``, ``max_value_size``), checked against
+    HEADER before any slot is read. The store must not be open elsewhere (its lock is
+    taken)."""
+    _SalvageStore(path, **options).close()
 
 
 class _SalvageStore(ODirectStore):

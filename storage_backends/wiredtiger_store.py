@@ -384,13 +384,14 @@ class WiredTigerStore(RecordStore):
         return out
 
 
-def salvage(path: str | Path) -> None:
+def salvage(path: str | Path, **options: Any) -> None:
     """Rebuild the table of the wiredtiger store at ``path`` from its blocks that pass their
     checksums (WiredTiger's salvage), after a read found damage (``CorruptionError``).
 
     Records on damaged blocks are lost, and an older version of a record may come back in
-    place of a lost newer one. The store must not be open elsewhere (its lock is taken)."""
-    with _SalvageStore(path, direct_io=False) as store:
+    place of a lost newer one. ``options``: the store's open options, checked before the
+    repair starts. The store must not be open elsewhere (its lock is taken)."""
+    with _SalvageStore(path, direct_io=False, **options) as store:
         store._salvage()
 
 

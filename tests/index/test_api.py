@@ -62,6 +62,12 @@ def test_match_returns_blocks_tokens_ids_and_metadata(index):
         (dict(tokens=dict.fromkeys(range(64))), TypeError, "tokens must be a sequence"),
         (dict(tokens=np.ma.masked_array(np.arange(64), mask=np.arange(64) == 3)), TypeError,
          "tokens must not be a masked array"),
+        # arrays of Python objects are checked as arrays are: one dimension first
+        (dict(tokens=np.array(5, dtype=object)), ValueError, "tokens must be one-dimensional"),
+        (dict(block_ids=np.array(None, dtype=object)), ValueError,
+         "block_ids must be one-dimensional"),
+        (dict(block_ids=np.array([[1, 2]], dtype=object)), ValueError,
+         "block_ids must be one-dimensional"),
     ],
 )
 def test_bad_input_raises_and_leaves_the_index_unchanged(index, kwargs, exc, word):
@@ -105,7 +111,8 @@ def test_unknown_parameters_and_bad_paths(tmp_path):
     with pytest.raises(ValueError, match="is a file"):
         sarp.open(f, backend="memory")
     with sarp.open(tmp_path / "k", backend="memory") as idx:
-        for bad, exc in [(-1, ValueError), (2**70, ValueError), (1.0, TypeError)]:
+        for bad, exc in [(-1, ValueError), (2**70, ValueError), (1.0, TypeError),
+                         (np.array([3]), TypeError)]:
             with pytest.raises(exc, match="max_retrieval"):
                 idx.match(tokens=np.arange(32), max_retrieval=bad)
 
@@ -134,6 +141,9 @@ def test_closed_index_raises(tmp_path):
         (dict(snapshot_every_seconds="10"), TypeError, "snapshot_every_seconds"),
         (dict(snapshot_every_seconds=float("nan")), ValueError, "snapshot_every_seconds"),
         (dict(snapshot_every_seconds=True), TypeError, "snapshot_every_seconds"),
+        (dict(snapshot_every_seconds=10**400), ValueError, "snapshot_every_seconds"),
+        (dict(memory_budget=np.array([1 << 20])), TypeError, "memory_budget"),
+        (dict(block_size=np.array([16])), TypeError, "block_size must be an integer"),
         (dict(direct_io="no"), TypeError, "direct_io"),
         (dict(background=1), TypeError, "background"),
         (dict(snapshot_on_close=None), TypeError, "snapshot_on_close"),
@@ -185,9 +195,19 @@ def test_closed_index_raises(tmp_path):
     ],
 )
 def test_bad_open_options_raise_and_create_nothing(tmp_path, kwargs, exc, word):
+    """Nothing is left, not even the missing directories above the index's."""
     with pytest.raises(exc, match=word):
-        sarp.open(tmp_path / "i", **kwargs)
-    assert not (tmp_path / "i").exists()
+        sarp.open(tmp_path / "new" / "deeper" / "i", **kwargs)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_creation_leaves_the_directories_above_that_others_use(tmp_path):
+    """The directories a failed creation made above its index are removed only while empty:
+    another index may be created beside it."""
+    with sarp.open(tmp_path / "new" / "other", backend="memory"):
+        with pytest.raises(ValueError, match="segment_blocks"):
+            sarp.open(tmp_path / "new" / "i", backend="odirect", metadata_dtype="V64")
+        assert [p.name for p in (tmp_path / "new").iterdir()] == ["other"]
 
 
 def test_an_empty_path_or_one_with_a_nul_byte_is_refused_by_name(tmp_path, monkeypatch):

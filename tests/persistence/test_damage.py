@@ -670,22 +670,32 @@ def store_files(path) -> dict[str, bytes]:
             for f in sorted((path / "store").rglob("*")) if f.is_file()}
 
 
-@pytest.mark.parametrize("bad, exc", [
-    (dict(memory_budget=-1), ValueError),
-    (dict(durability="fast"), ValueError),
-    (dict(block_size=8), ConfigMismatchError),
-    (dict(store_options={"bogus": 1}), TypeError),
+@pytest.mark.parametrize("backend, bad, exc, word", [
+    ("wiredtiger", dict(memory_budget=-1), ValueError, "memory_budget"),
+    ("wiredtiger", dict(durability="fast"), ValueError, "durability"),
+    ("wiredtiger", dict(block_size=8), ConfigMismatchError, "block_size"),
+    ("wiredtiger", dict(store_options={"bogus": 1}), TypeError, "bogus"),
+    # the values of the store's own options, and their agreement with what the store was
+    # created with, are the engine's to check: before its repair too
+    ("wiredtiger", dict(store_options={"leaf_page_kb": 5}), ValueError, "leaf_page_kb"),
+    ("wiredtiger", dict(store_options={"checkpoint_seconds": -1}), ValueError,
+     "checkpoint_seconds"),
+    ("odirect", dict(store_options={"key_mode": "xx"}), ValueError, "key_mode"),
+    ("odirect", dict(store_options={"key_mode": "sparse"}), ConfigMismatchError, "key_mode"),
+    ("odirect", dict(store_options={"max_value_size": 4000}), ConfigMismatchError,
+     "max_value_size"),
 ])
-def test_salvage_checks_every_argument_before_it_repairs(tmp_path, bad, exc):
+def test_salvage_checks_every_argument_before_it_repairs(tmp_path, backend, bad, exc, word):
     """A bad argument of ``rebuild(salvage=True)`` is refused before the engine's repair tool
     runs: the store's files are left byte for byte as they were."""
     path = tmp_path / "i"
-    build(path, 0, 5)
+    build(path, 0, 5, backend=backend)
     before = store_files(path)
-    with pytest.raises(exc):
+    with pytest.raises(exc, match=word):
         sarp.rebuild(path, salvage=True, **bad)
     assert store_files(path) == before
-    assert_all_match(path, 5)
+    with sarp.open(path) as index:
+        assert_holds(index, 5)
 
 
 def test_an_index_whose_store_is_gone_is_refused_not_recreated(tmp_path):
