@@ -79,6 +79,8 @@ cdef inline uint64_t pack(const uint64_t* ids, Py_ssize_t p, Py_ssize_t end, int
     cdef uint64_t f = 0
     cdef Py_ssize_t lo, hi
     cdef int i
+    if stride > end:  # field 1 holds every block before end (0 <= p <= end): same filter,
+        stride = end  # and no overflow below
     if end > p + n_fields * stride:
         end = p + n_fields * stride
     for i in range(n_fields):

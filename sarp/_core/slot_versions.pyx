@@ -73,7 +73,8 @@ cdef uint8_t parse(const unsigned char* p, uint64_t slot, uint32_t max_value, ui
     if magic == _MAGIC:
         seq[0] = sarp_read_le64(p + 16)
     if (magic != _MAGIC or (p[4] != _LIVE and p[4] != _DELETED) or n > max_value
-            or sarp_read_le64(p + _HEADER + n) != sarp_xxh64(p, _HEADER + n, slot)):
+            or sarp_read_le64(p + _HEADER + <size_t>n)
+            != sarp_xxh64(p, _HEADER + <size_t>n, slot)):
         return _BAD
     flags[0] = p[4]
     key[0] = sarp_read_le64(p + 8)
@@ -109,11 +110,11 @@ def write_version(buf, Py_ssize_t off, Py_ssize_t vbytes, uint64_t slot, uint8_t
     get_buffer(value, &val, "value")
     try:
         n = val.len
-        if n + _OVERHEAD > vbytes:
+        if n + _OVERHEAD > vbytes or n > 0xFFFFFFFF:  # its length field is a u32
             raise ValueError(f"value of {n} bytes does not fit a copy of vbytes={vbytes}")
         get_buffer(buf, &out, "buf", PyBUF_WRITABLE)
         try:
-            if off < 0 or off + vbytes > out.len:
+            if off < 0 or off > out.len - vbytes:
                 raise ValueError(f"off must leave vbytes={vbytes} bytes of the {out.len}-byte "
                                  f"buf, got {off}")
             p = <unsigned char*>out.buf + off
@@ -146,7 +147,7 @@ def parse_version(buf, Py_ssize_t off, uint64_t slot, uint32_t max_value):
     cdef uint32_t n
     get_buffer(buf, &view)
     try:
-        if off < 0 or off + <Py_ssize_t>max_value + _OVERHEAD > view.len:
+        if off < 0 or off > view.len - <Py_ssize_t>max_value - _OVERHEAD:
             raise ValueError(f"off must leave max_value + {VERSION_OVERHEAD} bytes of the "
                              f"{view.len}-byte buf, got {off}")
         state = parse(<const unsigned char*>view.buf + off, slot, max_value, &seq, &flags, &key,
@@ -186,7 +187,8 @@ def parse_slots(buf, uint64_t first, Py_ssize_t count, Py_ssize_t extent, Py_ssi
     cdef int64_t* at = <int64_t*>cnp.PyArray_DATA(offset)
     cdef uint64_t* sy = <uint64_t*>cnp.PyArray_DATA(synced)
     cdef Py_buffer view
-    cdef Py_ssize_t i, c, j, need = -(-count // extent) * extent * 2 * vbytes
+    cdef Py_ssize_t i, c, j
+    cdef object need = (-(-count // extent)) * <object>extent * 2 * vbytes  # cannot wrap
     cdef const unsigned char* base
     get_buffer(buf, &view)
     try:

@@ -31,7 +31,7 @@ def region_filter(
     end = min(end, p + n_fields * stride)
     f = 0
     for i in range(1, n_fields + 1):
-        region = [ids[j] for j in range(p + (i - 1) * stride, p + i * stride) if j < end]
+        region = ids[p + (i - 1) * stride:min(p + i * stride, end)]
         if region:
             field = xxhash.xxh64_intdigest(struct.pack(f"<{len(region)}Q", *region), 0)
             f |= (field % 2**bits) << (64 - i * bits)

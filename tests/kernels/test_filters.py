@@ -69,6 +69,11 @@ def test_region_filter_edges():
     # blocks past p + n_fields*stride are ignored
     long = np.arange(100, dtype=np.uint64)
     assert region_filter(long, 10, 100) == region_filter(long, 10, 26)
+    # a stride past every block: field 1 holds them all, however large n_fields * stride
+    for stride in (100, 2**62, 2**63 - 1):
+        want = ref.region_filter(long.tolist(), 10, 100, 2, 32, stride)
+        assert region_filter(long, 10, 100, 2, 32, stride) == want
+        assert filters_at(long, np.array([10], dtype=np.int64), 100, 2, 32, stride)[0] == want
 
 
 @given(IDS, st.data())

@@ -121,6 +121,8 @@ def test_a_version_that_cannot_be_written_is_refused():
         write_version(buf, V + 1, V, 1, 1, 0, 0, 0, b"x")
     with pytest.raises(ValueError, match="off"):
         write_version(buf, -1, V, 1, 1, 0, 0, 0, b"x")
+    with pytest.raises(ValueError, match="off"):  # off + vbytes past the largest size
+        write_version(buf, 2**63 - 50, V, 1, 1, 0, 0, 0, b"x")
     with pytest.raises(TypeError, match="writable"):
         write_version(bytes(2 * V), 0, V, 1, 1, 0, 0, 0, b"x")
     with pytest.raises(TypeError, match="value"):
@@ -140,12 +142,16 @@ def test_bad_arguments_are_refused():
         parse_slots(buf, 2, 1, 4, V, MAX_VALUE)
     with pytest.raises(ValueError, match="buf must hold"):
         parse_slots(buf[:-1], 0, 4, 4, V, MAX_VALUE)
+    with pytest.raises(ValueError, match="buf must hold"):  # a size past 2**64 bytes
+        parse_slots(b"", 0, 2, 1, 2**62, MAX_VALUE)
     with pytest.raises(TypeError, match="buf"):
         parse_slots("text", 0, 0, 4, V, MAX_VALUE)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="off"):
         parse_version(bytes(V), 1, 0, V - VERSION_OVERHEAD)
     with pytest.raises(ValueError, match="off"):
         parse_version(bytes(V), -1, 0, MAX_VALUE)
+    with pytest.raises(ValueError, match="off"):
+        parse_version(bytes(V), 2**63 - 10, 0, MAX_VALUE)
     with pytest.raises(TypeError, match="buf"):
         parse_version(None, 0, 0, MAX_VALUE)  # type: ignore[arg-type]
     empty = parse_slots(b"", 0, 0, 4, V, MAX_VALUE)
