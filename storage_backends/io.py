@@ -249,10 +249,15 @@ class FileIO:
         directory is synced, the SYNC_FAILED file is removed. Names that are not plain file
         names of the directory (or name its LOCK) are ignored. Returns the number of files
         redone.
+
+        Without a SYNC_FAILED file the directory is synced: an earlier session's directory
+        sync may have failed after a rename (a journal rewritten, a file published), and what
+        this session writes must not build on an entry a power cut can still take back.
         """
         d = Path(directory)
         marker = d / SYNC_FAILED_FILE
         if not marker.exists():
+            self.fsync_dir(d)
             return 0
         f = self.open(marker, direct=False, create=False)
         try:

@@ -488,3 +488,45 @@ def test_a_failed_directory_sync_then_a_reopen_without_a_restart_loses_no_insert
     io.crash("drop")
     with sarp.open(path, backend=backend, direct_io=False) as again:
         assert_holds(again, 10)
+
+
+def test_a_journal_rewrite_whose_directory_sync_failed_is_made_durable_by_the_next_open(
+        tmp_path: Path) -> None:
+    """Recovery rewrites a journal whose last record names a segment the store lost; the
+    directory sync after that rename fails, and the open with it. The next open, without a
+    restart, reads the rewritten journal and appends to it: it must first make the rename
+    durable, or the power cut that follows brings the old journal back and, with it, drops
+    the records of the inserts it acknowledged."""
+    path = tmp_path / "i"
+    first = np.arange(1, 21, dtype=np.uint64) * 7919
+    index = sarp.open(path, backend="odirect", direct_io=False, durability="group",
+                      snapshot_on_close=False, **CONFIG)
+    index.insert(block_ids=first)
+    index.flush()
+    lost = index.segments.next_id
+    index.insert(block_ids=np.array([10**9 + 1, 10**9 + 2], dtype=np.uint64))
+    index._journal._write_pending()  # its record reaches the file; its segment will not
+    killed(index)
+    with open_store("odirect", path / "store", direct_io=False, dense_keys=True) as store:
+        store.delete(lost)
+
+    io = PowerLossIO(0)
+    real_dir_sync = io.fsync_dir
+
+    def failing(directory):
+        if Path(directory) == path:  # the rewrite's rename, published in the index directory
+            io.fail_dir_syncs(1)
+        real_dir_sync(directory)
+
+    io.fsync_dir = failing  # type: ignore[method-assign]
+    with pytest.raises(SyncFailedError, match="directory"):
+        open_through(io, path, "odirect", durability="sync")
+    io.fsync_dir = real_dir_sync  # type: ignore[method-assign]
+    index = open_through(io, path, "odirect", durability="sync")
+    index.segments.allocate()  # another request's id, never stored: roll-forward stops there
+    later = np.array([5 * 10**9 + 1, 5 * 10**9 + 2, 5 * 10**9 + 3], dtype=np.uint64)
+    index.insert(block_ids=later)  # acknowledged: durable in sync mode
+    io.crash("drop")
+    with sarp.open(path, backend="odirect", direct_io=False) as again:
+        assert again.match(block_ids=later).num_blocks == 3
+        assert again.match(block_ids=first).num_blocks == 20
