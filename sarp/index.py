@@ -108,7 +108,10 @@ class Index:
         self._calls = Calls(lambda: IndexClosedError(f"index at {str(self.path)!r} is closed"))
         self._every = (snapshot_every_inserts, snapshot_every_seconds)
         self._snapshot_on_close = snapshot_on_close
-        self._since_snapshot = 0
+        self._since_snapshot = 0  # inserts that wrote, for the schedule
+        #: the routing directory changed since the newest snapshot (an insert placed segments,
+        #: a build was published, recovery replayed or redid work): close takes a snapshot
+        self._unsnapshotted = False
         self._last_snapshot = time.monotonic()
         self.counters = dict.fromkeys(MATCH_COUNTER.values(), 0)
         self.counters.update(matches=0, inserts=0, matched_blocks=0, queried_blocks=0,
@@ -179,6 +182,7 @@ class Index:
                 # (so no snapshot falls between): any insert that matches them and returns
                 # first syncs this record with its own (or a flush writes it).
                 self._journal_append([seg.segment_id for seg in segs], new_blocks)
+                self._unsnapshotted = True
                 for seg in segs:
                     place(seg.segment_id, seg.block_ids, events=events)
                 if events.refine or events.remat:
@@ -244,6 +248,7 @@ class Index:
                     self.counters["indexed_blocks"], keys, flags, lengths, segs, filters,
                     self.directory.table.table_slots(), self.segments.probes())
                 self._switch_journal(seq)
+                self._unsnapshotted = False  # under the directory lock, as every change
                 with self._counter_lock:
                     self._since_snapshot = 0
                     self._last_snapshot = time.monotonic()
@@ -316,13 +321,17 @@ class Index:
     def close(self) -> None:
         """Finish background work, persist, and release the store.
 
-        Waits for the calls already running on other threads; later calls raise
+        The closing snapshot (``snapshot_on_close``) is taken when the routing directory
+        changed since the newest snapshot: an insert placed segments (one whose journal sync
+        failed too), a refinement or rematerialization was published, or this open's
+        recovery replayed the journal or redid work; so the next open has none of it to
+        redo. Waits for the calls already running on other threads; later calls raise
         IndexClosedError. Closing a closed index does nothing."""
         if not self._calls.begin_close():
             return
         try:
             self._worker.close()
-            if self._snapshot_on_close and self._since_snapshot:
+            if self._snapshot_on_close and self._unsnapshotted:
                 self._snapshot()
         finally:
             try:
@@ -377,6 +386,7 @@ class Index:
             for seg in self._members(root, held):
                 d.backfill_member(build, seg.segment_id, seg.block_ids, events)
             d.publish(build)
+            self._unsnapshotted = True
         self._count(backfills=1)
         then(events)
 
@@ -390,6 +400,7 @@ class Index:
             for seg in self._members(root, held):
                 d.place(seg.segment_id, seg.block_ids, build, events)
             d.publish(build)
+            self._unsnapshotted = True
         self._count(rematerializations=1)
         then(events)
 
@@ -449,6 +460,9 @@ class Index:
             index_id=self.index_id, fresh=not existing, before_sync=self._segments_durable)
         if existing:
             recovery.roll_forward(self, self.recovery)
+            r = self.recovery
+            self._unsnapshotted |= bool(r["journal_records"] or r["rolled_forward"]
+                                        or r["redone_builds"] or r["faults"])
 
     def _publish_rebuild(self, stored: Config) -> None:
         """Rebuild from a full segment scan and publish it as a snapshot newer than any file

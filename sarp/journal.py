@@ -111,7 +111,7 @@ class JournalWriter:
         #: numbers of the last record appended and of the last one the last good sync covers
         self._appended_seq = self._synced_seq = last_record
         self.stop = stop or WriteStop(
-            lambda: f"journal {path.name}",
+            lambda: "the index's journal",  # the failure names the journal it struck
             "the index takes no insert until reopened; snapshot() or close() persists it")
 
     def append(self, record: Record) -> None:

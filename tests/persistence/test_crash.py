@@ -142,3 +142,28 @@ def test_crash_of_request_threads(tmp_path, seed):
 @pytest.mark.parametrize("seed", range(3, 60))
 def test_crash_of_request_threads_over_many_seeds(tmp_path, seed):
     thread_trial(tmp_path, seed)
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_a_clean_close_after_a_recovery_snapshots_what_it_replayed(tmp_path, background):
+    """An open after a crash replays the journal (and redoes its builds); the clean close that
+    follows takes a snapshot though no insert came, so the next open replays nothing."""
+    from .power import killed
+    from .workload import insert
+
+    path = tmp_path / "i"
+    index = sarp.open(path, backend="odirect", direct_io=False, durability="group",
+                      snapshot_on_close=False, **CONFIG)
+    for i in range(30):
+        insert(index, i)
+    index.flush()
+    killed(index)
+    with sarp.open(path, background=background) as index:
+        assert index.recovery["journal_records"] > 0
+    with sarp.open(path, background=background) as index:
+        assert index.recovery["snapshot"] is not None
+        assert index.recovery["journal_records"] == 0
+        assert_holds(index, 30)
+    with sarp.open(path) as index:  # a clean open and close with nothing to keep: no snapshot
+        pass
+    assert len(list(path.glob("snapshot-*.snap"))) == 1
