@@ -71,6 +71,8 @@ def check_directory(path: Path, is_file: str, cannot_create: str) -> None:
         if not path.is_dir():
             raise ValueError(is_file)
         return
+    if path.is_symlink():  # to nothing, or in a loop: it cannot become a directory
+        raise ValueError(f"{cannot_create}: it is a symbolic link that leads to no directory")
     above = next(a for a in path.absolute().parents if a.exists())
     if not above.is_dir():
         raise ValueError(f"{cannot_create}: {str(above)!r} is a file")

@@ -273,13 +273,17 @@ def test_a_creation_that_fails_at_its_last_step_leaves_nothing(tmp_path, there):
     (None, TypeError, "path must be a str or os.PathLike"),
     (123, TypeError, "path must be a str or os.PathLike"),
     ("afile/sub", ValueError, "cannot be created: .*afile' is a file"),
+    ("broken", ValueError, "'broken' cannot be created: it is a symbolic link that leads to no"),
+    ("loop", ValueError, "'loop' cannot be created: it is a symbolic link that leads to no"),
 ])
 def test_a_bad_path_is_refused_by_name(tmp_path, monkeypatch, path, exc, word):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "afile").write_text("mine")
+    (tmp_path / "broken").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
     with pytest.raises(exc, match=word):
         sarp.open(path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "broken", "loop"]
 
 
 def test_an_insert_shorter_than_a_block_returns_the_same_counters(tmp_path):
