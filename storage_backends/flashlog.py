@@ -280,7 +280,9 @@ class FlashLogStore(RecordStore):
         """Copy the live records into a new log, publish it in MANIFEST, drop the old log.
 
         Crash-safe: the new log is synced before MANIFEST names it, and the old one is removed
-        only after. Buffered records stay in the WAL, which is rotated to the new log. If the
+        only after. Buffered records stay in the WAL, which is rotated to the new log; under
+        group and none, where they may not be durable yet, the records they replace are copied
+        too (``_copy_live``). If the
         copy or MANIFEST's write fails (a full disk, say) and MANIFEST still names the old log,
         the new log is removed and the old one stays the store's. A failed sync (of MANIFEST's
         directory too), or MANIFEST replaced by a call that then failed, leaves it unknown
@@ -314,10 +316,17 @@ class FlashLogStore(RecordStore):
         self.compactions += 1
 
     def _copy_live(self, old: PageLog, new: PageLog) -> None:
-        """Append every live record of ``old`` that no buffered write replaces to ``new``."""
+        """Append every live record of ``old`` to ``new`` but, under sync, those a buffered
+        write replaces. Under sync every buffered write is in a synced WAL block when a
+        compaction starts (``_commit``), and replaces its old record after a power cut too;
+        under group and none it may be in none yet, and the old record is the one to serve.
+        Once the buffer is written, those copies are garbage that the estimate, restarted at
+        0, does not count."""
+        replaced = self.durability == "sync"
         for inst in range(self._ninst):
+            buf = self._buffers[inst]
             live = [(k, v) for k, (t, v) in old.newest(inst).items()
-                    if t == PUT and k not in self._buffers[inst]]
+                    if t == PUT and not (replaced and k in buf)]
             page: list[tuple[int, int, int, bytes]] = []
             size = 0
             for k, v in live:
