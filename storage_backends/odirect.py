@@ -68,8 +68,9 @@ DIRTY_MAGIC = b"SARPODD1"
 # regions written since that checkpoint, u64 each
 _DIRTY = struct.Struct("<QQQ")
 KEY_MODES = ("dense", "sparse")
-#: the largest slot file a dense store grows to: 16 TiB, ext4's largest file (4 KiB blocks)
-MAX_FILE_BYTES = 1 << 44
+#: the largest slot file a dense store grows to: ext4's largest file with 4 KiB blocks,
+#: 16 TiB less one block (a file ending at 16 TiB is refused with EFBIG)
+MAX_FILE_BYTES = (1 << 44) - (1 << 12)
 
 #: slots per extent: an extent holds the copies 0 of its slots, then their copies 1
 EXTENT_SLOTS = 64
@@ -601,8 +602,8 @@ class ODirectStore(RecordStore):
                                  f"{self._max_value}")
             if not self._sparse and k >= self._dense_limit:
                 raise ValueError(f"key {k} is beyond the dense key space (< "
-                                 f"{self._dense_limit}: slots of {self._slot_bytes} bytes up "
-                                 "to a 16 TiB file)")
+                                 f"{self._dense_limit}: slots of {self._slot_bytes} bytes in a "
+                                 f"file of at most {MAX_FILE_BYTES} bytes)")
         with self._lock:
             versions = []
             for key, value in dict(pairs).items():  # a key named twice: its last value

@@ -60,12 +60,16 @@ def test_dense_keys_are_slots(tmp_path: Path) -> None:
         assert s.stats()["slots"] == EXTENT_SLOTS  # the store counts whole extents
         with pytest.raises(ValueError, match="key"):
             s.put(1 << 41, b"x")
-        # the key space ends where the slot file would pass 16 TiB; a batch reaching past it
-        # is refused whole
-        limit = (1 << 44) // s.stats()["slot_bytes"]
+        # the key space ends with the last whole extent below ext4's largest file (16 TiB
+        # less a block); a batch reaching past it is refused whole
+        extent_bytes = EXTENT_SLOTS * s.stats()["slot_bytes"]
+        limit = ((1 << 44) - (1 << 12)) // extent_bytes * EXTENT_SLOTS
         with pytest.raises(ValueError, match=f"key {limit} is beyond the dense key space"):
             s.put_many([(60, b"early"), (limit, b"x")])
         assert s.get(60) is None
+        # the largest key's copy 1 ends inside the largest file (writing it would leave a
+        # 16 TiB file for every later open to scan)
+        assert s._offset(limit - 1, 1) + s.stats()["slot_bytes"] // 2 <= (1 << 44) - (1 << 12)
         # no key there is stored: a get finds none and a delete does nothing, as for any
         # missing key
         assert s.get(limit) is None and s.get_many([8, 1 << 60]) == [bytes([8]) * 10, None]
