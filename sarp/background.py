@@ -41,8 +41,9 @@ class Worker:
             raise err
 
     def close(self) -> None:
-        """Run what is queued, then stop the thread."""
+        """Run what is queued, also the jobs those jobs queue, then stop the thread."""
         if self._thread is not None:
+            self._q.join()  # before the stop marker: a running job may still queue more
             self._q.put(None)
             self._thread.join()
             self._thread = None

@@ -336,6 +336,24 @@ def test_worker_reports_a_failed_job_once_and_runs_the_later_ones():
         worker.close()
 
 
+def test_worker_close_runs_the_jobs_that_a_running_job_queues():
+    """A back-fill still running when ``close()`` is called may queue follow-up builds: close
+    runs them too, instead of stopping at a marker queued ahead of them."""
+    worker = Worker(enabled=True)
+    started, ran = threading.Event(), []
+
+    def parent() -> None:
+        started.set()
+        deadline = time.monotonic() + 0.5  # until close() has queued its stop marker, if any
+        while worker._q.qsize() == 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        worker.submit(lambda: ran.append("follow-up"))
+
+    worker.submit(parent)
+    started.wait()
+    worker.close()
+    assert ran == ["follow-up"]
+
 
 class _MatchDuringGrowth(rt.RoutingTable):
     """A routing table that runs a match of ``query`` each time its posting-list arena grows:
