@@ -31,7 +31,8 @@ def read_header(buf: Buffer) -> tuple[int, int, int, int]:
     """(segment_id, start, block_count, meta_width), checked except for the checksum."""
 
 def decode_segment(buf: Buffer) -> Segment:
-    """The fully checked Segment of a record, its arrays viewing ``buf``."""
+    """The fully checked Segment of a record, its arrays viewing ``buf`` (block IDs held at an
+    address not a multiple of 8 are copied)."""
 
 def append_blocks(
     buf: Buffer, block_ids: npt.NDArray[np.uint64], metadata: Buffer | npt.NDArray[Any]

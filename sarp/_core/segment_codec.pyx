@@ -207,7 +207,8 @@ def read_header(buf):
 
 
 def decode_segment(buf):
-    """The fully checked Segment of a record; its arrays are views into ``buf`` (no copy)."""
+    """The fully checked Segment of a record; its arrays are views into ``buf`` (no copy),
+    but for block IDs that ``buf`` holds at an address not a multiple of 8, which are copied."""
     cdef Py_buffer view
     cdef Header h
     get_record(buf, &view)
@@ -227,6 +228,8 @@ def decode_segment(buf):
             meta = _readonly_view(buf, p + 8 * h.block_count, 2, dims, cnp.NPY_UINT8)
             return Segment(h.segment_id, h.start, h.block_count, h.meta_width, ids, meta, buf)
     ids = np.frombuffer(buf, dtype="<u8", count=h.block_count, offset=HEADER_SIZE)
+    if not ids.flags.aligned:  # a buffer at an odd address: the kernels read aligned words
+        ids = ids.copy()
     meta = np.frombuffer(buf, dtype=np.uint8, count=h.block_count * h.meta_width,
                          offset=HEADER_SIZE + 8 * h.block_count)
     return Segment(h.segment_id, h.start, h.block_count, h.meta_width, ids,

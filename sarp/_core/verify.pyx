@@ -13,14 +13,16 @@ cnp.import_array()
 
 
 cdef cnp.ndarray as_u64(object x, str name):
-    """``x`` as a 1-D C-contiguous native uint64 array (no copy); else TypeError (dtype) or
-    ValueError (shape, layout) naming ``name``."""
+    """``x`` as a 1-D C-contiguous aligned native uint64 array (no copy); else TypeError
+    (dtype) or ValueError (shape, layout, alignment) naming ``name``."""
     cdef cnp.ndarray arr = x if cnp.PyArray_Check(x) else np.asarray(x)
     if not (cnp.PyArray_ISUNSIGNED(arr) and cnp.PyArray_ITEMSIZE(arr) == 8
             and cnp.PyArray_ISNOTSWAPPED(arr)):
         raise TypeError(f"{name} must be a uint64 array, got dtype {arr.dtype}")
-    if cnp.PyArray_NDIM(arr) != 1 or not cnp.PyArray_ISCARRAY_RO(arr):
+    if cnp.PyArray_NDIM(arr) != 1 or not cnp.PyArray_IS_C_CONTIGUOUS(arr):
         raise ValueError(f"{name} must be 1-D and C-contiguous, got shape {(<object>arr).shape}")
+    if not cnp.PyArray_ISALIGNED(arr):  # read through a uint64_t*, which must be aligned
+        raise ValueError(f"{name} must be aligned (its data is not at a multiple of 8 bytes)")
     return arr
 
 

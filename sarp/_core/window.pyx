@@ -47,7 +47,8 @@ COUNTERS = ("windows", "routing_probes", "candidates_before", "candidates_after"
 
 
 cdef cnp.ndarray u64_array(object x, str name):
-    """``x`` (no copy) if it is a 1-D C-contiguous native uint64 ndarray, else TypeError."""
+    """``x`` (no copy) if it is a 1-D C-contiguous aligned native uint64 ndarray, else
+    TypeError: the loop reads it through a ``uint64_t*``, which C requires to be aligned."""
     if not cnp.PyArray_Check(x):
         raise TypeError(f"{name} must be a numpy uint64 array, got {type(x).__name__}")
     cdef cnp.ndarray a = <cnp.ndarray>x
@@ -56,6 +57,9 @@ cdef cnp.ndarray u64_array(object x, str name):
             and cnp.PyArray_IS_C_CONTIGUOUS(a)):
         raise TypeError(f"{name} must be a 1-D C-contiguous uint64 array, got dtype {a.dtype} "
                         f"and shape {(<object>a).shape}")
+    if not cnp.PyArray_ISALIGNED(a):
+        raise TypeError(f"{name} must be an aligned uint64 array (its data is not at a multiple "
+                        "of 8 bytes)")
     return a
 
 

@@ -86,6 +86,16 @@ def test_decoded_views_are_read_only_and_outlive_the_callers_reference(form):
                 a[0] = 1
 
 
+def test_block_ids_at_an_odd_address_are_decoded_aligned():
+    """A record at an address not a multiple of 8 (a slice of a larger buffer) still decodes
+    to aligned block IDs: the kernels read them through a ``uint64_t*``."""
+    raw = encode_segment(3, 128, u64([5, 2**64 - 1, 7]), bytes(6), 2)
+    odd = memoryview(bytearray(b"x" + raw))[1:]
+    seg = decode_segment(odd)
+    assert seg.block_ids.flags.aligned and seg.block_ids.tolist() == [5, 2**64 - 1, 7]
+    assert np.shares_memory(seg.metadata, np.frombuffer(odd, np.uint8))  # only ids are copied
+
+
 def test_metadata_forms():
     ids = u64([1, 2, 3])
     dt = np.dtype([("node", "<u4"), ("tier", "u1"), ("addr", "<u8")])

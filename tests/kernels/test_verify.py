@@ -65,3 +65,6 @@ def test_rejects_other_arrays():
         common_prefix(u64([1]), 0, u64(range(10))[::2], 0)
     with pytest.raises(ValueError, match="^a "):
         common_prefix(np.zeros((2, 2), np.uint64), 0, u64([1]), 0)
+    odd = np.frombuffer(bytearray(8 * 3 + 1), np.uint64, count=3, offset=1)
+    with pytest.raises(ValueError, match="^a must be aligned"):
+        common_prefix(odd, 0, u64([1]), 0)

@@ -240,6 +240,9 @@ def test_window_matcher_argument_errors():
         WindowMatcher(table, _absent, np.arange(4), 4, [0])  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="q"):
         WindowMatcher(table, _absent, q[::2], 4, [0])
+    odd = np.frombuffer(bytearray(8 * 4 + 1), np.uint64, count=4, offset=1)
+    with pytest.raises(TypeError, match="q must be an aligned"):
+        WindowMatcher(table, _absent, odd, 4, [0])
     with pytest.raises(ValueError, match="n_fields"):
         WindowMatcher(table, _absent, q, 4, [0], n_fields=3)
     with pytest.raises(ValueError, match="probe_offsets"):
@@ -256,4 +259,7 @@ def test_window_matcher_argument_errors():
     bad = Table({0: [(1, 0)]})
     m = WindowMatcher(bad, {1: Seg(1, 0, np.zeros(2, np.int64))}.get, q * 0, 4, [0])
     with pytest.raises(TypeError, match="block_ids"):
+        m.match(0)
+    m = WindowMatcher(Table({0: [(1, 0)]}), {1: Seg(1, 0, odd)}.get, q * 0, 4, [0])
+    with pytest.raises(TypeError, match="block_ids must be an aligned"):
         m.match(0)
