@@ -52,6 +52,9 @@ def recover(index: Index) -> dict[str, Any]:
                                     f"{index.index_id:016x})")
             continue
         s = got.state
+        if s.seq != seq:  # renamed or copied by hand: its journals are not the ones it names
+            report["faults"].append(f"{path.name}: holds snapshot {s.seq}")
+            continue
         t1 = time.perf_counter()
         try:
             table = rt.RoutingTable.from_arrays(s.entry_keys, s.entry_flags, s.list_lengths,

@@ -60,6 +60,24 @@ def test_a_snapshot_of_another_index_is_skipped(tmp_path):
     assert any("a snapshot of another index" in f for f in report["faults"])
 
 
+def test_a_snapshot_under_another_number_is_skipped(tmp_path):
+    """An old snapshot restored under a newer number than it holds (renamed by hand) would be
+    taken first, and the journals after it are gone: recovery skips it as a fault and loads
+    the newest snapshot whose name agrees with its content."""
+    path = tmp_path / "i"
+    build(path, 0, 10, snapshots_at={5})
+    (seq_old, first), = snapshot.candidates(path)
+    saved = first.read_bytes()
+    build(path, 10, 20, snapshots_at={12, 16})
+    (seq_new, newest), _ = snapshot.candidates(path)
+    assert not (path / first.name).exists() and seq_new > seq_old
+    renamed = snapshot.FILES.name(seq_new + 1)
+    (path / renamed).write_bytes(saved)
+    report = assert_all_match(path, 20)
+    assert report["snapshot"] == newest.name
+    assert f"{renamed}: holds snapshot {seq_old}" in report["faults"]
+
+
 def test_a_journal_of_another_index_is_refused_and_rebuild_recovers(tmp_path):
     """Another index's journal would replay its records against this index's store (segment
     ids naming other segments); recovery refuses it, naming the file, and `sarp rebuild`
