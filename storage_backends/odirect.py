@@ -147,8 +147,7 @@ class ODirectStore(RecordStore):
         self._local = threading.local()  # each reader thread's aligned read buffer
         self._run_max = max(1, RUN_BYTES // self._vbytes)  # versions per write call
         self._wbuf = aligned_buffer(self._vbytes)  # grown to the longest run written
-        #: slots the file has room for: whole extents
-        self._nslots = -(-self._data.size() // self._extent_bytes) * self._extent
+        self._nslots = self._file_slots()
         self._slot_of: dict[int, int] = {}
         self._free: list[int] = []  # a heap: the lowest free slot first
         #: slots written since the last sync: a rewrite goes to the same copy again, so
@@ -312,6 +311,10 @@ class ODirectStore(RecordStore):
         self._write_dirty(set())
         self._checkpoints += 1
 
+    def _file_slots(self) -> int:
+        """The slots the file has room for: whole extents."""
+        return -(-self._data.size() // self._extent_bytes) * self._extent
+
     def _newest_copy(self, slot: int) -> int:
         return _bit(self._newer, slot)
 
@@ -350,13 +353,15 @@ class ODirectStore(RecordStore):
         self._read(buf, slot, 0)
         self._read(buf, slot, 1, self._vbytes)
 
-    def _write_versions(self, versions: list[tuple[int, int, int, bytes]]) -> None:
+    def _write_versions(self, versions: list[tuple[int, int, int, bytes]],
+                        written: set[int] | None = None) -> None:
         """Write versions (slot, flags, key, value) of distinct slots, in order, each into the
         copy of its slot that does not hold its last synced version: the other copy than the
         newest, or the newest again if it was written since the last sync. A run of versions
         that lie side by side in the file is written with one call. A slot's newest-copy bit
         flips once its run is written; a reader that finds a copy torn by a running write reads
-        again under the store lock (``_value``)."""
+        again under the store lock (``_value``). The slots of the runs written are added to
+        ``written``: if a run fails (``_undo_run``), the runs before it stay written."""
         planned = []  # (offset, slot, copy, flags, key, value)
         for slot, flags, key, value in versions:
             newest = self._newest_copy(slot)
@@ -374,6 +379,8 @@ class ODirectStore(RecordStore):
                    and planned[end][0] == planned[end - 1][0] + v):
                 end += 1
             self._write_run(planned[first:end])
+            if written is not None:
+                written.update(slot for _, slot, *_ in planned[first:end])
             first = end
         if len(self._unsynced) >= UNSYNCED_LIMIT or self._checkpoint_due():
             self._sync()  # which then checkpoints
@@ -390,15 +397,7 @@ class ODirectStore(RecordStore):
         try:
             self._data.pwrite(w, run[0][0])
         except OSError as e:
-            torn = [(slot, copy) for _, slot, copy, *_ in run if slot in self._unsynced]
-            if torn:
-                # it wrote over versions not yet synced, which may now be torn, and the
-                # slots' last synced versions, in their other copies, are served again:
-                # writes stop, as after a failed sync, until a reopen recovers the store
-                for slot, copy in torn:
-                    self._set_newest_copy(slot, 1 - copy)
-                raise SyncFailedError(e.errno, "a write over versions not yet synced failed: "
-                                               f"{e.strerror}") from e
+            self._undo_run(run, e)
             raise
         self._next_seq += len(run)
         k = self._extent
@@ -406,6 +405,37 @@ class ODirectStore(RecordStore):
             self._set_newest_copy(slot, copy)
             self._unsynced.add(slot)
             self._nslots = max(self._nslots, (slot // k + 1) * k)
+
+    def _undo_run(self, run: list[tuple[int, int, int, int, int, bytes]],
+                  error: OSError) -> None:
+        """After the write of ``run`` failed with ``error``: zero the copies it went to, which
+        may hold none, part or all of it, so that each slot reads, and reopens, as before the
+        write (the bits still name the slots' newest copies). Left there, such a copy would
+        fail the gets of a slot never written (CorruptionError), come back after an open that
+        reads every slot, or, torn, pass for a synced version damaged once later syncs go
+        past its sequence number. Its numbers are not given again, so later versions
+        outnumber what of it a power cut before the next sync may keep.
+        A slot written since the last sync had that version in the copy rewritten: it is lost
+        and the slot serves its last synced version (its other copy) again, as after a crash,
+        and writes stop (SyncFailedError), as after a failed sync: a later sync must not
+        acknowledge the lost version. They stop too if the zeroing fails: what the copies
+        hold is not known. Format: docs/odirect_format.txt, "Failed writes"."""
+        self._next_seq += len(run)
+        lost = [(slot, copy) for _, slot, copy, *_ in run if slot in self._unsynced]
+        for slot, copy in lost:
+            self._set_newest_copy(slot, 1 - copy)
+        start, v = run[0][0], self._vbytes
+        try:
+            copies = min(len(run), -(-(self._data.size() - start) // v))  # those in the file
+            if copies > 0:
+                self._data.pwrite(aligned_buffer(copies * v), start)
+        except OSError as z:
+            raise SyncFailedError(z.errno, f"a write failed ({error.strerror}), and so did "
+                                           f"zeroing what it wrote: {z.strerror}") from error
+        self._nslots = max(self._nslots, self._file_slots())  # the failed write may grow it
+        if lost:
+            raise SyncFailedError(error.errno, "a write over versions not yet synced failed: "
+                                               f"{error.strerror}") from error
 
     def _commit(self) -> None:
         if self.durability == "sync":
@@ -426,6 +456,18 @@ class ODirectStore(RecordStore):
         if self._sparse:
             return self._slot_of.get(key)
         return key if key < self._dense_limit else None
+
+    def _give_back(self, taken: dict[int, int], nslots: int) -> None:
+        """Undo what a put that failed did for the new keys it did not write (``taken``, slot
+        -> key): the keys stay absent, their slots free. Extents added for them go too: the
+        slot count is ``nslots``, as before the put, or what the file holds now."""
+        if not taken:
+            return
+        for key in taken.values():
+            del self._slot_of[key]
+        self._nslots = max(nslots, self._file_slots())
+        self._free = [s for s in [*self._free, *taken] if s < self._nslots]
+        heapq.heapify(self._free)
 
     def _new_slot(self) -> int:
         """A slot for a new sparse key: the lowest free one; when none is free, the file gains
@@ -605,13 +647,21 @@ class ODirectStore(RecordStore):
                                  f"{self._dense_limit}: slots of {self._slot_bytes} bytes in a "
                                  f"file of at most {MAX_FILE_BYTES} bytes)")
         with self._lock:
+            nslots = self._nslots
             versions = []
+            taken: dict[int, int] = {}  # slot -> key: the slots taken for new (sparse) keys
             for key, value in dict(pairs).items():  # a key named twice: its last value
                 slot = self._slot(key)
                 if slot is None:
                     slot = self._slot_of[key] = self._new_slot()
+                    taken[slot] = key
                 versions.append((slot, LIVE, key, value))
-            self._write_versions(versions)
+            written: set[int] = set()
+            try:
+                self._write_versions(versions, written)
+            except OSError:
+                self._give_back({s: k for s, k in taken.items() if s not in written}, nslots)
+                raise
             self._commit()
 
     def _get_many(self, keys: list[int]) -> list[bytes | None]:
