@@ -5,7 +5,9 @@ succeeds does not write them again. A write acknowledged after that could depend
 (a record after a hole in a log), so none is: after a ``SyncFailedError`` every later write
 raises WritesStoppedError, naming the failed sync. A write that fails by itself (a full disk)
 stops nothing: it acknowledged nothing, and the engines and the journal write again from where
-it failed.
+it failed. An engine raises ``SyncFailedError`` for such a write too where it cannot undo it: an
+odirect write over a version not yet synced, or one whose undoing failed (docs/durability.md,
+"Failed writes").
 """
 
 from __future__ import annotations
