@@ -411,6 +411,12 @@ class PowerLossIO(FileIO):
     data in any order). ``tear`` and ``reorder`` keep a random prefix of the unsynced entries
     (a file system commits its metadata in order). Every file is then closed and further I/O
     raises ``OSError``.
+    With ``sectors`` (a sector size, e.g. 512 or 4096) ``tear`` and ``reorder`` keep an
+    arbitrary subset of the newest write's sectors instead of a prefix: a device may persist
+    a later sector of a write in flight without an earlier one. Sectors are the file's
+    aligned ``sectors``-byte units (a write's first and last may be partial); each is kept
+    whole or not at all, ``tear`` never keeps them all, and a write that extended its file
+    leaves it ending at the last sector kept, with zeros in the sectors lost past its old end.
     ``fail_syncs(n)`` makes the next ``n`` file syncs fail as Linux fails them: EIO (raised as
     ``SyncFailedError``), and the file's unsynced writes stay readable but are lost at the
     crash (the bytes they replaced, or zeros past the old end of the file), whatever later
@@ -424,9 +430,12 @@ class PowerLossIO(FileIO):
     from one thread falls between the writes and syncs of the others.
     """
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, sectors: int | None = None) -> None:
         super().__init__()
+        if sectors is not None and (sectors <= 0 or sectors % SECTOR):
+            raise ValueError(f"sectors must be a positive multiple of {SECTOR}, got {sectors}")
         self._rng = random.Random(seed)
+        self._sectors = sectors  # None: tears keep a prefix of the newest write
         # every file opened, held (unlike FileIO's weak set): the crash closes them all,
         # also those their owner dropped without closing, so no lock outlives it
         self._files: list[File] = []
@@ -566,8 +575,9 @@ class PowerLossIO(FileIO):
     def crash(self, mode: str = "drop") -> None:
         """Cut the power: ``drop`` loses every unsynced write and directory entry; ``tear``
         keeps the writes but tears the newest one; ``reorder`` loses them all but a prefix of
-        the newest, as a device that wrote them out of order. ``tear`` and ``reorder`` keep
-        a random prefix of the unsynced entries."""
+        the newest, as a device that wrote them out of order (a prefix of it, or with
+        ``sectors`` any subset of its sectors). ``tear`` and ``reorder`` keep a random prefix
+        of the unsynced entries."""
         with self._op_lock:
             if mode not in ("drop", "tear", "reorder"):
                 raise ValueError(f"mode must be 'drop', 'tear' or 'reorder', got {mode!r}")
@@ -578,11 +588,10 @@ class PowerLossIO(FileIO):
                     _undo_write(images.setdefault(w[0], bytearray(w[0].read_bytes())), *w[1:])
             if mode != "drop" and undo and undo[-1][2] and undo[-1][0].exists():
                 path, offset, new = undo[-1][:3]
-                whole = mode == "reorder"  # tear: short of the end; reorder: maybe all of it
-                cut = self._rng.randrange(max(1, len(new) // SECTOR + whole)) * SECTOR
                 data = images.setdefault(path, bytearray(path.read_bytes()))
-                data.extend(bytes(max(0, offset - len(data))))
-                data[offset:offset + cut] = new[:cut]
+                for start, end in self._torn_pieces(offset, len(new), whole=mode == "reorder"):
+                    data.extend(bytes(max(0, start - len(data))))
+                    data[start:end] = new[start - offset:end - offset]
             for path, data in images.items():
                 path.write_bytes(data)
             kept = 0 if mode == "drop" else self._rng.randrange(len(self._entries) + 1)
@@ -601,6 +610,22 @@ class PowerLossIO(FileIO):
             self.dead = True  # before the closes: a thread that finds its file closed sees it
             for f in self._files:
                 f.close()
+
+    def _torn_pieces(self, offset: int, size: int, whole: bool) -> list[tuple[int, int]]:
+        """The byte ranges, ascending, that a torn write of ``size`` bytes at ``offset`` puts
+        on the device: a prefix at 512-byte steps, or (``sectors``) any subset of its
+        sectors; all of it only if ``whole`` (``reorder``) allows."""
+        if self._sectors is None:
+            cut = self._rng.randrange(max(1, size // SECTOR + whole)) * SECTOR
+            return [(offset, offset + cut)]  # empty: the file still reaches ``offset``
+        unit, end = self._sectors, offset + size
+        pieces = [(max(offset, s), min(end, s + unit))
+                  for s in range(offset - offset % unit, end, unit)]
+        share = self._rng.random()  # few or most sectors kept, not always about half
+        kept = [p for p in pieces if self._rng.random() < share]
+        if not whole and len(kept) == len(pieces):
+            del kept[self._rng.randrange(len(kept))]
+        return kept
 
     def unsynced_writes(self) -> int:
         """How many writes a crash would undo now."""

@@ -162,6 +162,34 @@ def test_power_loss_reorder_keeps_only_a_prefix_of_the_newest_write(seed: int,
     assert data == b"d" * cut + b"a" * (4096 - cut)
 
 
+@pytest.mark.parametrize("mode", ["tear", "reorder"])
+@pytest.mark.parametrize("unit", [512, 4096])
+def test_power_loss_with_sectors_keeps_any_subset_of_the_newest_write(mode: str, unit: int,
+                                                                      tmp_path: Path) -> None:
+    """With ``sectors``, a torn write keeps any subset of its aligned sectors (a later one
+    without an earlier one too), each whole; ``tear`` never keeps them all. A write that
+    extended the file leaves it ending at its last sector kept, zeros in the lost ones."""
+    offset, size, end = 1024, 16384, 17408
+    pieces = [(max(offset, s), min(end, s + unit)) for s in range(0, end, unit)
+              if s + unit > offset]
+    old = b"a" * 4096 + bytes(end - 4096)
+    subsets = set()
+    for seed in range(200):  # a write kept whole: about 1 in as many as its sectors + 1
+        io = PowerLossIO(seed, sectors=unit)
+        path = tmp_path / f"f{seed}"
+        _write(io, path, [(0, b"a" * 4096), (offset, b"b" * size)], sync_after=0)
+        io.crash(mode)
+        data = path.read_bytes()
+        padded = data + bytes(end - len(data))
+        kept = tuple(padded[s:e] == b"b" * (e - s) for s, e in pieces)
+        assert all(k or padded[s:e] == old[s:e] for k, (s, e) in zip(kept, pieces, strict=True))
+        assert padded[:offset] == old[:offset]
+        assert len(data) == max([4096] + [e for k, (_, e) in zip(kept, pieces, strict=True) if k])
+        subsets.add(kept)
+    assert any(any(k) and not k[0] for k in subsets)  # a later sector kept, the first lost
+    assert ((True,) * len(pieces) in subsets) == (mode == "reorder")
+
+
 def test_power_loss_undoes_directory_entries_no_directory_sync_made_durable(
         tmp_path: Path) -> None:
     """A create, a rename over a file and an unlink are undone by the power cut until
