@@ -523,19 +523,22 @@ class ODirectStore(RecordStore):
         its header names a sequence number above the slot's other copy's (it was the slot's
         newest) that the store had synced, as the versions written later record: that is a
         version damaged after it was acknowledged, and the open raises ``CorruptionError``
-        before it changes anything (``_damaged``).
+        before it changes anything (``_damaged``). Unless (sparse keys) the key its header
+        names has a valid version numbered above it: a superseded version, whose clearing
+        (below) the crash tore.
 
         Sparse keys: a crash can leave one key in two slots (a delete, its slot taken by
         another key and the key put again, of which only the last write reached the device).
         The version with the higher sequence number is the key's; an older live one elsewhere
         is cleared, so that no later reuse of the newer slot brings it back."""
         clear: list[int] = []  # slots zeroed: torn first writes, superseded live versions
-        torn: list[tuple[int, int, int, int]] = []  # (slot, copy, its seq, the other's): bad
+        # bad copies: (slot, copy, its seq, the other's, its key: unverified, 0 in dense mode)
+        torn: list[tuple[int, int, int, int, int]] = []
         newest: dict[int, tuple[int, int, int]] = {}  # key -> (seq, slot, flags) of its newest
         synced = 0  # the versions below it were durable, as the valid versions record
         if regions is None:
             self._newer = bytearray(-(-self._nslots // 8))
-        for first, _, parsed in self._chunks(regions):
+        for first, buf, parsed in self._chunks(regions):
             state, seq, flags, key = parsed[:4]
             if saved is not None:
                 self._check_saved(parsed, first, saved)
@@ -550,8 +553,11 @@ class ODirectStore(RecordStore):
             if repair:
                 rows = np.flatnonzero(bad == 1)
                 c = (state[rows, 1] == BAD).astype(np.intp)
+                at = parsed[5][rows, c].tolist()
+                keys = [int.from_bytes(buf[a + 8:a + 16], "little") if self._sparse else 0
+                        for a in at]
                 torn.extend(zip((first + rows).tolist(), c.tolist(), seq[rows, c].tolist(),
-                                seq[rows, 1 - c].tolist(), strict=True))
+                                seq[rows, 1 - c].tolist(), keys, strict=True))
             for i in np.flatnonzero((bad > 0) & ~found).tolist():
                 if not repair:
                     raise CorruptionError(f"slots.dat: slot {first + i}: no version passes its "
@@ -585,12 +591,12 @@ class ODirectStore(RecordStore):
                 self._free.append(slot)
         heapq.heapify(self._free)
         if not self._SALVAGING:
-            self._damaged(torn, synced)
+            self._damaged(torn, synced, newest)
         # never acknowledged, or superseded by an acknowledged version; one copy at a time,
         # synced, so that a crash while clearing tears at most one copy of a slot. A torn
         # copy beside a valid one is cleared too: later versions will record syncs past it
         copies = [(slot, c) for slot in clear for c in (0, 1)]
-        copies += [(slot, c) for slot, c, _, other in torn if other]
+        copies += [(slot, c) for slot, c, _, other, _ in torn if other]
         zero = aligned_buffer(self._vbytes)
         for c in (0, 1) if copies else ():
             for slot, copy in copies:
@@ -603,14 +609,18 @@ class ODirectStore(RecordStore):
             self._set_newest_copy(slot, 0)
 
     @staticmethod
-    def _damaged(torn: list[tuple[int, int, int, int]], synced: int) -> None:
+    def _damaged(torn: list[tuple[int, int, int, int, int]], synced: int,
+                 newest: dict[int, tuple[int, int, int]]) -> None:
         """Raise ``CorruptionError`` for the first of the copies failing their checks
         (``torn``: slot, copy, the sequence number its header names, the other copy's, 0 if
-        empty) that was its slot's newest version and numbered below ``synced``: synced
-        before the crash, so not a write it tore. A torn write's header is the new version's,
-        numbered at or past the last sync, or the copy's older one, below the other copy's."""
-        for slot, c, seq, other in torn:
-            if other < seq < synced:
+        empty, the key it names in sparse mode) that was its slot's newest version and
+        numbered below ``synced``: synced before the crash, so not a write it tore. A torn
+        write's header is the new version's, numbered at or past the last sync, or the copy's
+        older one, below the other copy's; or (sparse) that of a superseded version being
+        cleared, which the crash may keep with the rest zeroed: its key has a valid version
+        numbered above it (``newest``: key -> (seq, slot, flags) of its newest)."""
+        for slot, c, seq, other, key in torn:
+            if other < seq < synced and newest.get(key, (0,))[0] <= seq:
                 raise CorruptionError(
                     f"slots.dat: slot {slot}: its newest version (copy {c}, sequence {seq}) "
                     f"fails its checks, though every version below {synced} had been synced: "
