@@ -13,6 +13,7 @@ import errno
 import struct
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,10 @@ MAX_PAGE_BLOCKS = 1024
 MIN_PAGE_BLOCKS = 4  # whatever the budget: the page buffers hold at least this much
 COMPACT_FLOOR = 4 << 20  # no compaction below this many record bytes in the log
 _END = REC.pack(BATCH_END, 0, 0)
+#: the page-buffer changes of a batch, oldest first, to undo it (``FlashLogStore._batch``):
+#: (instance, key, the key's entry before) per record applied, (instance, None, the buffer)
+#: per page flushed
+_Undo = list[tuple[int, int | None, Any]]
 
 
 def _is_number(s: str) -> bool:
@@ -90,6 +95,7 @@ class FlashLogStore(RecordStore):
             self._wal_limit = max(4 << 20, 2 * self._ninst * self._page_target)
             self._buffers: list[dict[int, tuple[int, bytes]]] = [{} for _ in range(self._ninst)]
             self._buffered = [0] * self._ninst
+            self._undo: _Undo | None = None  # of the batch being written, if any
             wals = sorted(int(p.name[4:]) for p in self.path.glob("wal.*")
                           if _is_number(p.name[4:]))
             if not wals:  # creation writes MANIFEST after the first WAL
@@ -244,6 +250,8 @@ class FlashLogStore(RecordStore):
             self._garbage += size
         buf[key] = (TOMBSTONE if tombstone else PUT, value)
         self._buffered[inst] += size
+        if self._undo is not None:
+            self._undo.append((inst, key, prev))
         if self._buffered[inst] >= self._page_target or len(buf) >= MAX_PAGE_KEYS:
             self._flush_instance(inst)
 
@@ -258,18 +266,72 @@ class FlashLogStore(RecordStore):
     def _flush_instance(self, inst: int) -> None:
         buf = self._buffers[inst]
         self._log.append(inst, [(self._route(k)[1], k, t, v) for k, (t, v) in buf.items()])
-        buf.clear()
+        self._buffers[inst] = {}  # a new one: an undone batch puts this one back
         self._buffered[inst] = 0
+        if self._undo is not None:
+            self._undo.append((inst, None, buf))
 
-    def _commit(self) -> None:
-        """End a logical write: make it durable per mode, then rotate or compact if due."""
+    @contextmanager
+    def _batch(self) -> Iterator[None]:
+        """Scope of a put_many or delete, from its first record to its batch end handed to
+        the WAL file (``_end_batch``). If the body raises, the batch is undone: the pending
+        WAL stream, the page buffers, the pages the batch flushed and the garbage estimate
+        go back to where they were, and the log and WAL files are cut back (``PageLog.cut``,
+        ``Wal.cut``): a failed write would otherwise leave part of its batch served, and
+        the next batch end, or a WAL rotation of the buffers, would make that part durable.
+        A failure to cut a file raises SyncFailedError, which stops writes: what the next
+        open reads there is then unknown."""
+        assert self._wal is not None
+        log = self._log
+        marks = len(self._wal.pending), self._garbage, log.end, log.records, log.record_bytes
+        undo: _Undo = []
+        self._undo = undo
+        try:
+            yield
+        except BaseException:
+            self._undo_batch(undo, *marks)
+            raise
+        finally:
+            self._undo = None
+
+    def _undo_batch(self, undo: _Undo, pending: int, garbage: int, end: int, records: int,
+                    record_bytes: int) -> None:
+        """Undo a batch (``_batch``): its buffer changes ``undo``, newest first, then the
+        WAL stream, the garbage estimate and the log as they were before it."""
+        assert self._wal is not None
+        for inst, key, old in reversed(undo):
+            if key is None:
+                self._buffers[inst] = old
+            elif old is None:
+                del self._buffers[inst][key]
+            else:
+                self._buffers[inst][key] = old
+        self._buffered = [sum(REC.size + len(v) for _, v in b.values()) for b in self._buffers]
+        self._garbage = garbage
+        try:
+            self._log.cut(end, records, record_bytes)
+            self._wal.cut(pending)
+        except OSError as e:
+            raise SyncFailedError(errno.EIO, "a failed write's batch could not be cut from "
+                                             f"the files ({e!r})") from e
+
+    def _end_batch(self) -> None:
+        """End the batch in the WAL and hand it to the file: all of it under sync (synced
+        by ``_commit``), 64 KiB and more in whole blocks under group and none."""
         assert self._wal is not None
         self._wal.append(_END)
         if self.durability == "sync":
-            if self._wal.commit(sync=True):
-                self._count(syncs=1)
+            self._wal.commit(sync=False)
         else:
             self._wal.spill()
+
+    def _commit(self) -> None:
+        """After ``_end_batch``: make the batch durable per mode, then rotate or compact if
+        due. A failure here raises with the batch applied: it is in the WAL file (a failed
+        sync then stops writes), or, for a failed rotation or compaction, committed."""
+        assert self._wal is not None
+        if self.durability == "sync" and self._wal.commit(sync=True):
+            self._count(syncs=1)
         if 2 * self._garbage > self._log.record_bytes > COMPACT_FLOOR:
             self._compact()
         elif self._wal.size() > self._wal_limit:
@@ -347,9 +409,11 @@ class FlashLogStore(RecordStore):
                                      f"{self._log.max_record - REC.size} bytes, got {len(v)}")
             self._check_numbers()
             assert self._wal is not None
-            for k, v in pairs:
-                self._wal.append(REC.pack(PUT, k, len(v)) + v)
-                self._apply(k, v)
+            with self._batch():
+                for k, v in pairs:
+                    self._wal.append(REC.pack(PUT, k, len(v)) + v)
+                    self._apply(k, v)
+                self._end_batch()
             self._commit()
 
     def _find(self, key: int) -> tuple[int, bytes] | None:
@@ -371,9 +435,12 @@ class FlashLogStore(RecordStore):
         with self._lock:
             self._check_numbers()
             assert self._wal is not None
-            if self._apply_delete(key):
+            with self._batch():
+                if not self._apply_delete(key):
+                    return
                 self._wal.append(REC.pack(TOMBSTONE, key, 0))
-                self._commit()
+                self._end_batch()
+            self._commit()
 
     def _scan(self) -> Iterator[tuple[int, bytes]]:
         with self._lock:

@@ -86,6 +86,12 @@ class Chain:
             yield j
             j = bloom.newest_hit(self.words, self.meta, j, fh)
 
+    def cut(self, end: int) -> None:
+        """Drop the pages from log block ``end`` on: the newest ones (a batch undone)."""
+        while self.n and self.meta[self.n - 1, 1] >= end:
+            self.n -= 1
+            self.nwords = int(self.meta[self.n, 0])
+
     def page(self, j: int) -> tuple[int, int, bool]:
         """(start block, blocks, exact) of page ``j``."""
         _, start, packed = self.meta[j].tolist()
@@ -194,6 +200,18 @@ class PageLog:
         self.end = start + nblocks
         self.records += nrecs
         self.record_bytes += rec_bytes
+
+    def cut(self, end: int, records: int, record_bytes: int) -> None:
+        """Drop the pages from block ``end`` on (a batch undone; ``records`` and
+        ``record_bytes`` are the counts without them) and cut the file there, synced: the
+        open reads every whole page past the synced part of the log, so one left past the
+        end, or brought back by a power cut, would come back as the newest of its keys."""
+        for chain in self.chains:
+            chain.cut(end)
+        self.end, self.records, self.record_bytes = end, records, record_bytes
+        if self.file.size() > end * self.block:
+            self.file.truncate(end * self.block)
+            self.file.fdatasync()
 
     # -- reading -----------------------------------------------------------------------------
     def find(self, inst: int, h: int, fh: int, key: int) -> tuple[int, bytes] | None:

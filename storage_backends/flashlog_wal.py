@@ -129,6 +129,17 @@ class Wal:
             return True
         return False
 
+    def cut(self, mark: int) -> None:
+        """Drop the pending stream from byte ``mark`` on (a batch undone), and cut off the
+        file, synced, any blocks a failed write left past the written ones: a later, shorter
+        write would be followed by them, and the open would read them as its continuation."""
+        del self.pending[mark:]
+        if self.file.size() > self.next * self.block:
+            self.file.truncate(self.next * self.block)
+            self.file.fdatasync()
+            self.dirty = False
+            self.synced = self.next
+
     def close(self) -> None:
         """Close the file without writing or syncing: commit first to keep what is pending."""
         self.file.close()

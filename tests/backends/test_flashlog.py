@@ -20,7 +20,7 @@ from sarp.errors import (
 )
 from storage_backends import open_store
 from storage_backends.flashlog import FlashLogStore
-from storage_backends.flashlog_log import PageLog
+from storage_backends.flashlog_log import BATCH_END, MAX_PAGE_KEYS, PUT, REC, PageLog
 from storage_backends.io import FileIO, PowerLossIO
 
 VALUE = 1576  # a full SARP segment record
@@ -565,3 +565,138 @@ def test_a_compaction_cut_short_keeps_the_records_that_buffered_writes_replace(
             s.close()
     with open_store("flashlog", path, **options) as again:
         assert again.get(7) in (old, new)
+
+
+class _FailingWrite(PowerLossIO):
+    """Once armed by ``fail``, fails one write of a file whose name starts with ``prefix`` (a
+    full disk): the one after ``skip`` others, once it has written its first ``keep`` bytes."""
+
+    prefix = ""
+    skip = keep = 0
+
+    def fail(self, prefix: str, skip: int = 0, keep: int = 0) -> None:
+        self.prefix, self.skip, self.keep = prefix, skip, keep
+
+    def _pwrite(self, f, buf, offset):
+        if self.prefix and f.path.name.startswith(self.prefix):
+            if not self.skip:
+                self.prefix = ""
+                if self.keep:
+                    super()._pwrite(f, memoryview(buf)[:self.keep], offset)
+                raise OSError(errno.ENOSPC, "No space left on device")
+            self.skip -= 1
+        super()._pwrite(f, buf, offset)
+
+
+@pytest.mark.parametrize("durability", ["sync", "group", "none"])
+@pytest.mark.parametrize("failing", ["first page", "second page", "WAL"])
+@pytest.mark.parametrize("end", ["close", "power cut"])
+def test_a_put_many_whose_write_fails_leaves_the_store_as_it_was(
+        durability: str, failing: str, end: str, tmp_path: Path) -> None:
+    """A put_many whose page write fails part-way through (a full disk: after it wrote a page
+    of the batch, or before), or whose WAL write fails, raises and leaves the store as it was:
+    no get or scan serves any of the batch, and no later batch, close or power cut makes any
+    of it durable."""
+    path = tmp_path / "s"
+    io = _FailingWrite()
+    options: dict[str, Any] = dict(durability=durability, instances=1, memory_budget=1 << 20)
+    rng = random.Random(21)
+    s = _open(path, io=io, **options)
+    acked = _load(s, 500, rng)  # a page of ~330 records, the rest buffered
+    # new keys first: a page of them that came back would show (the WAL replays the others)
+    batch = {rng.getrandbits(64): rng.randbytes(VALUE) for _ in range(700)}
+    batch.update((k, rng.randbytes(VALUE)) for k in list(acked)[:300])
+    counts = ("pages", "log_records", "log_bytes", "buffered_records", "garbage_bytes_estimate")
+    before = {c: s.stats()[c] for c in counts}
+    io.fail("wal." if failing == "WAL" else "log.", skip=int(failing == "second page"))
+    with pytest.raises(OSError, match="No space left"):
+        s.put_many(batch.items())
+    assert {c: s.stats()[c] for c in counts} == before
+    assert s.get_many(batch) == [acked.get(k) for k in batch]
+    assert dict(s.scan()) == acked
+    s.put(1, b"after")
+    acked[1] = b"after"
+    if end == "close":
+        s.close()
+    else:  # the cut keeps every unsynced write but the newest
+        s.flush(durable=True)
+        io.crash("tear")
+        with pytest.raises(OSError, match="simulated power loss"):
+            s.close()
+    with _open(path, **options) as s:
+        assert dict(s.scan()) == acked
+
+
+def test_blocks_a_failed_wal_write_left_are_not_read_after_a_shorter_one(
+        tmp_path: Path) -> None:
+    """A WAL write that fails part-way (a full disk) can leave some of its blocks in the file.
+    Its batch is undone, and the next commit, shorter, writes over the first of them only: the
+    others must not be read at the next open as the rest of the WAL's stream. Here the value of
+    the failed batch holds, where the second of them begins, a whole batch putting a key that
+    nothing wrote."""
+    path = tmp_path / "s"
+    io = _FailingWrite()
+    s = _open(path, io=io, durability="sync")
+    assert s._wal is not None
+    cap = s._wal.cap  # stream bytes per WAL block; the batch starts a block
+    forged = REC.pack(PUT, 666, 4) + b"evil" + REC.pack(BATCH_END, 0, 0)
+    value = bytearray(3 * cap)
+    value[cap - REC.size:cap - REC.size + len(forged)] = forged
+    io.fail("wal.", keep=2 * s._block)
+    with pytest.raises(OSError, match="No space left"):
+        s.put(1, bytes(value))
+    s.put(2, b"after")
+    io.crash()  # no close: the next open reads this WAL
+    with pytest.raises(OSError, match="simulated power loss"):
+        s.close()
+    with _open(path) as s:
+        assert dict(s.scan()) == {2: b"after"}
+
+
+@pytest.mark.parametrize("failing", ["log.", "wal."])
+def test_a_delete_whose_write_fails_leaves_the_key(failing: str, tmp_path: Path) -> None:
+    """A delete whose tombstone fills its page, and the page write fails (a full disk), or
+    whose WAL write fails (after that page was written), raises and leaves the key's value:
+    served, and kept through later writes, a close and a reopen."""
+    path = tmp_path / "s"
+    io = _FailingWrite()
+    options: dict[str, Any] = dict(durability="sync", instances=1, memory_budget=1 << 20)
+    acked = {k: bytes([k % 256]) for k in range(2 * MAX_PAGE_KEYS - 1)}
+    with _open(path, io=io, **options) as s:
+        s.put_many(acked.items())  # a page of MAX_PAGE_KEYS keys; a buffer one key short
+        io.fail(failing)
+        with pytest.raises(OSError, match="No space left"):
+            s.delete(0)
+        assert s.get(0) == acked[0]
+        s.delete(1)
+        del acked[1]
+        assert dict(s.scan()) == acked
+    with _open(path, **options) as s:
+        assert dict(s.scan()) == acked
+
+
+def test_a_batch_that_cannot_be_cut_from_the_log_stops_writes(tmp_path: Path) -> None:
+    """A put_many whose page write fails, and whose log cannot be synced once cut back: what
+    the device holds past the log's end is unknown, so the call raises SyncFailedError and
+    writes stop. Reads serve the store as it was, and the reopened store holds every
+    acknowledged record and, of the failed batch, at most whole records."""
+    path = tmp_path / "s"
+    io = _FailingWrite()
+    options: dict[str, Any] = dict(durability="sync", instances=1, memory_budget=1 << 20)
+    rng = random.Random(22)
+    s = _open(path, io=io, **options)
+    acked = _load(s, 500, rng)
+    batch = {rng.getrandbits(64): rng.randbytes(VALUE) for _ in range(1000)}
+    io.fail("log.", skip=1)  # after a page of the batch was written
+    io.fail_syncs(1)  # the sync of the log once cut back
+    with pytest.raises(SyncFailedError, match="could not be cut"):
+        s.put_many(batch.items())
+    assert s.stats()["writes_stopped"]
+    with pytest.raises(WritesStoppedError):
+        s.put(1, b"refused")
+    assert dict(s.scan()) == acked
+    s.close()
+    with _open(path, **options) as s:
+        got = dict(s.scan())
+    assert {k: got.get(k) for k in acked} == acked
+    assert all(got[k] == batch[k] for k in got.keys() - acked.keys())
