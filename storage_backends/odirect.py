@@ -523,22 +523,19 @@ class ODirectStore(RecordStore):
         its header names a sequence number above the slot's other copy's (it was the slot's
         newest) that the store had synced, as the versions written later record: that is a
         version damaged after it was acknowledged, and the open raises ``CorruptionError``
-        before it changes anything (``_damaged``). Unless (sparse keys) the key its header
-        names has a valid version numbered above it: a superseded version, whose clearing
-        (below) the crash tore.
+        before it changes anything (``_damaged``).
 
         Sparse keys: a crash can leave one key in two slots (a delete, its slot taken by
         another key and the key put again, of which only the last write reached the device).
         The version with the higher sequence number is the key's; an older live one elsewhere
         is cleared, so that no later reuse of the newer slot brings it back."""
         clear: list[int] = []  # slots zeroed: torn first writes, superseded live versions
-        # bad copies: (slot, copy, its seq, the other's, its key: unverified, 0 in dense mode)
-        torn: list[tuple[int, int, int, int, int]] = []
+        torn: list[tuple[int, int, int, int]] = []  # (slot, copy, its seq, the other's): bad
         newest: dict[int, tuple[int, int, int]] = {}  # key -> (seq, slot, flags) of its newest
         synced = 0  # the versions below it were durable, as the valid versions record
         if regions is None:
             self._newer = bytearray(-(-self._nslots // 8))
-        for first, buf, parsed in self._chunks(regions):
+        for first, _, parsed in self._chunks(regions):
             state, seq, flags, key = parsed[:4]
             if saved is not None:
                 self._check_saved(parsed, first, saved)
@@ -553,11 +550,8 @@ class ODirectStore(RecordStore):
             if repair:
                 rows = np.flatnonzero(bad == 1)
                 c = (state[rows, 1] == BAD).astype(np.intp)
-                at = parsed[5][rows, c].tolist()
-                keys = [int.from_bytes(buf[a + 8:a + 16], "little") if self._sparse else 0
-                        for a in at]
                 torn.extend(zip((first + rows).tolist(), c.tolist(), seq[rows, c].tolist(),
-                                seq[rows, 1 - c].tolist(), keys, strict=True))
+                                seq[rows, 1 - c].tolist(), strict=True))
             for i in np.flatnonzero((bad > 0) & ~found).tolist():
                 if not repair:
                     raise CorruptionError(f"slots.dat: slot {first + i}: no version passes its "
@@ -591,36 +585,44 @@ class ODirectStore(RecordStore):
                 self._free.append(slot)
         heapq.heapify(self._free)
         if not self._SALVAGING:
-            self._damaged(torn, synced, newest)
+            self._damaged(torn, synced)
         # never acknowledged, or superseded by an acknowledged version; one copy at a time,
         # synced, so that a crash while clearing tears at most one copy of a slot. A torn
         # copy beside a valid one is cleared too: later versions will record syncs past it
         copies = [(slot, c) for slot in clear for c in (0, 1)]
-        copies += [(slot, c) for slot, c, _, other, _ in torn if other]
-        zero = aligned_buffer(self._vbytes)
+        copies += [(slot, c) for slot, c, _, other in torn if other]
+        head = aligned_buffer(self._block)
         for c in (0, 1) if copies else ():
             for slot, copy in copies:
                 if copy == c:
-                    self._data.pwrite(zero, self._offset(slot, c))
+                    self._clear_copy(head, slot, c)
             self._data.fdatasync()
         if repair and not copies:  # what the scan found is durable: later versions say so
             self._data.fdatasync()
         for slot in clear:  # empty now, as a slot never written
             self._set_newest_copy(slot, 0)
 
+    def _clear_copy(self, head: Any, slot: int, copy: int) -> None:
+        """Make copy ``copy`` of ``slot`` read as empty: zero its magic, in one write of its
+        first block that rewrites the rest of the block as it reads. However a power cut
+        tears that write (any of its sectors kept), the copy then holds its old bytes or an
+        empty header, never a header over zeroed data, which would pass for a synced
+        version damaged (``_damaged``). ``head``: a buffer of one block."""
+        off = self._offset(slot, copy)
+        n = self._data.pread(head, off)
+        head[n:] = bytes(len(head) - n)
+        head[:4] = bytes(4)
+        self._data.pwrite(head, off)
+
     @staticmethod
-    def _damaged(torn: list[tuple[int, int, int, int, int]], synced: int,
-                 newest: dict[int, tuple[int, int, int]]) -> None:
+    def _damaged(torn: list[tuple[int, int, int, int]], synced: int) -> None:
         """Raise ``CorruptionError`` for the first of the copies failing their checks
         (``torn``: slot, copy, the sequence number its header names, the other copy's, 0 if
-        empty, the key it names in sparse mode) that was its slot's newest version and
-        numbered below ``synced``: synced before the crash, so not a write it tore. A torn
-        write's header is the new version's, numbered at or past the last sync, or the copy's
-        older one, below the other copy's; or (sparse) that of a superseded version being
-        cleared, which the crash may keep with the rest zeroed: its key has a valid version
-        numbered above it (``newest``: key -> (seq, slot, flags) of its newest)."""
-        for slot, c, seq, other, key in torn:
-            if other < seq < synced and newest.get(key, (0,))[0] <= seq:
+        empty) that was its slot's newest version and numbered below ``synced``: synced
+        before the crash, so not a write it tore. A torn write's header is the new version's,
+        numbered at or past the last sync, or the copy's older one, below the other copy's."""
+        for slot, c, seq, other in torn:
+            if other < seq < synced:
                 raise CorruptionError(
                     f"slots.dat: slot {slot}: its newest version (copy {c}, sequence {seq}) "
                     f"fails its checks, though every version below {synced} had been synced: "

@@ -200,11 +200,13 @@ class _CutAtSlotsSync(PowerLossIO):
 def test_odirect_a_torn_clearing_of_a_superseded_version_is_not_damage(seed: int,
                                                                        tmp_path: Path) -> None:
     """A key left in two slots by a crash: the open clears the older slot's copies, copy 0
-    then (after a sync) copy 1. A power cut while it zeroes copy 1, which holds the older
-    version (synced, numbered below the synced point the newer records), may keep some of
-    its zeroed sectors and not the header's: the copy fails its checks with the header of a
-    synced version. It is a torn clearing, not damage: the next open clears it again and
-    serves the newer version (it raised CorruptionError, and the store could not open)."""
+    then (after a sync) copy 1, which holds the older version (synced, numbered below the
+    synced point the newer records). A power cut while it clears copy 1 may keep any of
+    that write's sectors. Had the clearing zeroed the whole copy, a kept zeroed sector
+    without the header's would leave the header of a synced version over zeroed data, and
+    every later open raised CorruptionError. Clearing the magic alone, in a write that
+    rewrites the rest of its block as it was, leaves the copy whole or empty: the next open
+    clears it again and serves the newer version."""
     io = PowerLossIO(0)
     path = tmp_path / "s"
     s = _open("odirect", path, io=io)
