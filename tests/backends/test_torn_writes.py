@@ -150,14 +150,11 @@ def test_odirect_a_batch_naming_a_key_twice_keeps_the_synced_copy(key_mode: str,
         assert s2.get(5) in (b, c, d)
 
 
-@pytest.mark.parametrize("seed", range(8))
-def test_odirect_a_key_left_in_two_slots_by_a_crash_keeps_its_newest(seed: int,
-                                                                     tmp_path: Path) -> None:
-    """A delete, its slot taken by another key, the key put again into a new slot, and a crash
-    that keeps only the last write: the key is in two slots. The newer version is the key's and
-    the older is cleared, so a later acknowledged delete is not undone by a reopen."""
-    io = PowerLossIO(seed)
-    s = _open("odirect", tmp_path / "s", io=io)
+def _key_in_two_slots(io: PowerLossIO, path: Path) -> tuple[bytes, bytes]:
+    """A delete, its slot taken by another key, the key put again into a new slot, then a
+    crash (``reorder``) that may keep only the last write: key 100 in two slots. Returns
+    its two values, the older and the newer."""
+    s = _open("odirect", path, io=io)
     v1, v2 = b"1" * 1000, b"2" * 1000
     s.put(100, v1)
     s.flush()
@@ -165,6 +162,16 @@ def test_odirect_a_key_left_in_two_slots_by_a_crash_keeps_its_newest(seed: int,
     s.put(200, b"x")  # takes the slot the delete freed
     s.put(100, v2)  # a new slot
     io.crash("reorder")  # undoes the delete and the put of 200; keeps v2 whole, or cut
+    return v1, v2
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_odirect_a_key_left_in_two_slots_by_a_crash_keeps_its_newest(seed: int,
+                                                                     tmp_path: Path) -> None:
+    """A delete, its slot taken by another key, the key put again into a new slot, and a crash
+    that keeps only the last write: the key is in two slots. The newer version is the key's and
+    the older is cleared, so a later acknowledged delete is not undone by a reopen."""
+    v1, v2 = _key_in_two_slots(PowerLossIO(seed), tmp_path / "s")
     # the cut falls at a 512-byte step: v2's value whole means its version is (checksum too)
     kept = v2 in (tmp_path / "s" / "slots.dat").read_bytes()
     with _open("odirect", tmp_path / "s") as s2:
@@ -207,16 +214,8 @@ def test_odirect_a_torn_clearing_of_a_superseded_version_is_not_damage(seed: int
     every later open raised CorruptionError. Clearing the magic alone, in a write that
     rewrites the rest of its block as it was, leaves the copy whole or empty: the next open
     clears it again and serves the newer version."""
-    io = PowerLossIO(0)
     path = tmp_path / "s"
-    s = _open("odirect", path, io=io)
-    v1, v2 = b"1" * 1000, b"2" * 1000
-    s.put(100, v1)
-    s.flush()
-    s.delete(100)
-    s.put(200, b"x")  # takes the slot the delete freed
-    s.put(100, v2)  # a new slot
-    io.crash("reorder")  # seed 0: keeps v2 whole, undoes the delete and the put of 200
+    _, v2 = _key_in_two_slots(PowerLossIO(0), path)  # seed 0 keeps v2 whole
     assert v2 in (path / "slots.dat").read_bytes()
     with pytest.raises(OSError, match="power cut"):
         _open("odirect", path, io=_CutAtSlotsSync(seed, at=2))
