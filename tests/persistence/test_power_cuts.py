@@ -151,13 +151,15 @@ ODIRECT_SEEDS = [s for s in range(200) if random.Random(s).choice(["odirect", "f
                  == "odirect"]
 
 
-def _check_across_checkpoints(tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def _check_across_checkpoints(tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch,
+                              sectors: int | None = None) -> None:
     """The seed's session on odirect in write-intent regions of one extent (64 segments),
     checkpointed once two are named: the failed syncs and power cuts fall on DIRTY and
-    COPIES too, and the opens after a kill or the cut read only the regions named."""
+    COPIES too, and the opens after a kill or the cut read only the regions named
+    (``sectors``: see ``PowerLossIO``)."""
     monkeypatch.setattr(odirect, "SCAN_BYTES", 1)
     monkeypatch.setattr(odirect, "CHECKPOINT_REGIONS", 2)
-    _check(tmp_path, seed, mixed=True)
+    _check(tmp_path, seed, mixed=True, sectors=sectors)
 
 
 @pytest.mark.parametrize("seed", ODIRECT_SEEDS[:6])
@@ -171,6 +173,19 @@ def test_a_power_cut_across_odirect_checkpoints_loses_no_acknowledged_insert(
 def test_a_power_cut_across_odirect_checkpoints_over_many_seeds(
         tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     _check_across_checkpoints(tmp_path, seed, monkeypatch)
+
+
+@pytest.mark.parametrize("seed", ODIRECT_SEEDS[:3])
+def test_a_power_cut_tearing_any_sectors_across_odirect_checkpoints(
+        tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    _check_across_checkpoints(tmp_path, seed, monkeypatch, sectors=512)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", ODIRECT_SEEDS[3:])
+def test_a_power_cut_tearing_any_sectors_across_odirect_checkpoints_over_many_seeds(
+        tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    _check_across_checkpoints(tmp_path, seed, monkeypatch, sectors=512)
 
 
 @pytest.mark.slow

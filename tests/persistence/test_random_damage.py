@@ -143,9 +143,10 @@ class Cut:
 REOPEN: dict[str, Any] = dict(direct_io=False, snapshot_on_close=False)
 
 
-def cut_and_damage(root: Path, seed: int) -> Cut:
+def cut_and_damage(root: Path, seed: int, sectors: int | None = None) -> Cut:
     """Run power-cut seed ``seed`` at ``root``: a session on odirect or flashlog through
-    ``PowerLossIO``, ended by a power cut; then damage one of the index's files."""
+    ``PowerLossIO`` (``sectors``: see there), ended by a power cut; then damage one of the
+    index's files."""
     rng = np.random.default_rng(seed)
     cfg = random_config(rng, bounded=False)
     backend = str(rng.choice(["odirect", "flashlog"]))
@@ -154,7 +155,7 @@ def cut_and_damage(root: Path, seed: int) -> Cut:
     oracle = Oracle()
     inserted: list[np.ndarray] = []
     acked = 0
-    io = PowerLossIO(seed)
+    io = PowerLossIO(seed, sectors)
     index = open_through(io, root, backend, **opts, **cfg)
     for ids, meta in _requests(rng, cfg["block_size"], oracle):
         index.insert(block_ids=ids, metadata=meta)
@@ -170,12 +171,13 @@ def cut_and_damage(root: Path, seed: int) -> Cut:
             index = open_through(io, root, backend, **opts)
     io.crash(str(rng.choice(["drop", "tear", "reorder"])))
     target, done = _damage_one(rng, root)
+    torn = f" in {sectors}-byte sectors" if sectors else ""
     return Cut(inserted, acked, oracle, target,
-               f"seed {seed}, {backend}, {mode}, power cut, {done}")
+               f"seed {seed}, {backend}, {mode}, power cut{torn}, {done}")
 
 
-def _run_cut(root: Path, seed: int) -> None:
-    cut = cut_and_damage(root, seed)
+def _run_cut(root: Path, seed: int, sectors: int | None = None) -> None:
+    cut = cut_and_damage(root, seed, sectors)
     _check(root, REOPEN, cut.inserted, 0 if cut.records else cut.acked, cut.oracle, cut.target,
            cut.where)
 
@@ -223,3 +225,16 @@ def test_damage_after_a_power_cut_is_refused_or_raised_never_served(tmp_path: Pa
 @pytest.mark.parametrize("seed", [s for s in range(400) if s not in CUT_SEEDS])
 def test_damage_after_a_power_cut_over_many_seeds(tmp_path: Path, seed: int) -> None:
     _run_cut(tmp_path / "i", seed)
+
+
+@pytest.mark.parametrize("seed", CUT_SEEDS)
+def test_damage_after_a_power_cut_tearing_any_sectors_is_never_served(tmp_path: Path,
+                                                                      seed: int) -> None:
+    _run_cut(tmp_path / "i", seed, sectors=512)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [s for s in range(400) if s not in CUT_SEEDS])
+def test_damage_after_a_power_cut_tearing_any_sectors_over_many_seeds(tmp_path: Path,
+                                                                      seed: int) -> None:
+    _run_cut(tmp_path / "i", seed, sectors=512)
