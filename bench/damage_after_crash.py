@@ -9,7 +9,7 @@ found), a match raised CorruptionError, every one matched whole, or some came ba
 no error: lost without an error (docs/durability.md, "Damage after a crash"). The test checks
 that nothing unverified is served; this counts how much of such damage is detected.
 
-    python bench/damage_after_crash.py --seeds 1000
+    python bench/damage_after_crash.py --seeds 1000 [--sectors 512]
 
 It imports the test's session from the repository's ``tests``.
 """
@@ -55,12 +55,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=1000, help="seeds 0 .. N-1 (default 1000)")
     parser.add_argument("--list", action="store_true", help="print each counted seed")
+    parser.add_argument("--sectors", type=int, choices=(512, 4096),
+                        help="the cut tears the newest write in any subset of its sectors of "
+                             "this size (default: a prefix; see PowerLossIO)")
     args = parser.parse_args()
     tally: collections.Counter[str] = collections.Counter()
     for seed in range(args.seeds):
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp) / "i"
-            cut = cut_and_damage(root, seed)
+            cut = cut_and_damage(root, seed, args.sectors)
             if not cut.store_records:
                 continue
             got = outcome(root, cut)
