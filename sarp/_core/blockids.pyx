@@ -8,6 +8,7 @@ import numpy as np
 
 from libc.stdint cimport uint32_t, uint64_t
 
+from sarp._core.aligned cimport check_aligned
 from sarp._core.gil cimport RELEASE_GIL_BYTES
 
 
@@ -41,6 +42,7 @@ def chain_block_ids(const uint32_t[::1] tokens not None, Py_ssize_t block_size, 
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}")
     cdef Py_ssize_t count = tokens.shape[0] // block_size
+    check_aligned(&tokens[0] if tokens.shape[0] else NULL, 4, "tokens")
     out = np.empty(count, dtype=np.uint64)
     if count == 0:
         return out

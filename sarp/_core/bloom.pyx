@@ -11,6 +11,8 @@ import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport uint32_t, uint64_t
 
+from sarp._core.aligned cimport check_aligned
+
 cnp.import_array()
 
 cdef int _K = 11
@@ -32,6 +34,7 @@ def build(const uint64_t[::1] hashes not None, Py_ssize_t nwords):
     """The ``nwords`` filter words of a page holding the keys of filter hashes ``hashes``."""
     if nwords <= 0:
         raise ValueError(f"nwords must be positive, got {nwords}")
+    check_aligned(&hashes[0] if hashes.shape[0] else NULL, 8, "hashes")
     out = np.zeros(nwords, dtype=np.uint64)
     cdef uint64_t[::1] w = out
     cdef uint64_t nbits = <uint64_t>nwords * 64, h, a, b, pos
@@ -57,6 +60,8 @@ def newest_hit(const uint64_t[::1] words not None, const uint32_t[:, ::1] pages 
         raise ValueError(f"pages must have at least 3 columns, got {pages.shape[1]}")
     if before > pages.shape[0]:
         raise ValueError(f"before ({before}) exceeds the {pages.shape[0]} pages given")
+    check_aligned(&words[0] if words.shape[0] else NULL, 8, "words")
+    check_aligned(&pages[0, 0] if pages.shape[0] else NULL, 4, "pages")
     cdef Py_ssize_t j = before - 1
     cdef uint64_t base, nbits
     cdef Py_ssize_t nw = words.shape[0]

@@ -10,6 +10,7 @@ import numpy as np
 
 from libc.stdint cimport int32_t, int64_t, uint64_t
 
+from sarp._core.aligned cimport check_aligned
 from sarp._core.filters cimport (
     Selection,
     best,
@@ -32,6 +33,12 @@ cdef int check_layout(int n_fields, int bits) except -1:
 
 cdef inline const uint64_t* data(const uint64_t[::1] a) noexcept nogil:
     return &a[0] if a.shape[0] else NULL
+
+
+cdef const uint64_t* aligned_data(const uint64_t[::1] a, str name) except? NULL:
+    """``data(a)``, once ``a`` is known to be aligned (sarp/_core/aligned.pxd)."""
+    check_aligned(data(a), 8, name)
+    return data(a)
 
 
 cdef int check_span(Py_ssize_t n, Py_ssize_t end, Py_ssize_t stride) except -1:
@@ -61,7 +68,7 @@ def region_filter(
     if p < 0 or p > end:
         raise ValueError(f"p must be in [0, end={end}], got {p}")
     cdef uint64_t f
-    f = pack(data(block_ids), p, end, n_fields, bits, stride)
+    f = pack(aligned_data(block_ids, "block_ids"), p, end, n_fields, bits, stride)
     return f
 
 
@@ -77,13 +84,15 @@ def filters_at(
     check_layout(n_fields, bits)
     check_span(block_ids.shape[0], end, stride)
     cdef Py_ssize_t n = positions.shape[0], i, bad = -1
+    cdef const uint64_t* ids = aligned_data(block_ids, "block_ids")
+    check_aligned(&positions[0] if n else NULL, 8, "positions")
     out = np.empty(n, dtype=np.uint64)
     cdef uint64_t[::1] f = out
     for i in range(n):
         if positions[i] < 0 or positions[i] > end:
             bad = i
             break
-        f[i] = pack(data(block_ids), <Py_ssize_t>positions[i], end, n_fields, bits, stride)
+        f[i] = pack(ids, <Py_ssize_t>positions[i], end, n_fields, bits, stride)
     if bad >= 0:
         raise ValueError(f"positions[{bad}] = {positions[bad]} is outside [0, end={end}]")
     return out
@@ -104,7 +113,7 @@ def exists_match(const uint64_t[::1] filters not None, uint64_t fq, int k, int n
     if k < 0 or k > n_fields:
         raise ValueError(f"k must be in [0, {n_fields}], got {k}")
     cdef bint found
-    found = exists(data(filters), filters.shape[0], fq, k, bits)
+    found = exists(aligned_data(filters, "filters"), filters.shape[0], fq, k, bits)
     return found
 
 
@@ -114,7 +123,7 @@ def best_fields(const uint64_t[::1] filters not None, uint64_t fq, int n_fields=
     L* = k* * stride blocks.
     """
     check_layout(n_fields, bits)
-    cdef int k = best(data(filters), filters.shape[0], fq, n_fields, bits)
+    cdef int k = best(aligned_data(filters, "filters"), filters.shape[0], fq, n_fields, bits)
     return k
 
 
@@ -147,8 +156,9 @@ def candidate_order(
     cdef Selection sel
     cdef Py_ssize_t out = 0, i
     cdef int k = 0
-    cdef const uint64_t* ids = data(segs) if segs is not None else NULL
-    selection_init(&sel, data(filters), ids, n, NULL, NULL, 0, fq, n_fields, bits, True)
+    cdef const uint64_t* ids = aligned_data(segs, "segs") if segs is not None else NULL
+    selection_init(&sel, aligned_data(filters, "filters"), ids, n, NULL, NULL, 0, fq, n_fields,
+                   bits, True)
     while out < total:
         i = selection_next(&sel, &k)
         idx[out] = i

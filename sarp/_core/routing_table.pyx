@@ -25,6 +25,8 @@ cimport numpy as cnp
 from libc.math cimport sqrt
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 
+from sarp._core.aligned cimport check_aligned
+
 cnp.import_array()
 
 # Entry flags.
@@ -327,8 +329,8 @@ cdef class RoutingTable:
     def publish(self, Py_ssize_t entry, segs, filters):
         """Replace ``entry``'s list with (segs, filters), which the caller keeps sorted."""
         self._check_entry(entry)
-        cdef uint64_t[::1] sv = np.ascontiguousarray(segs, dtype=np.uint64)
-        cdef uint64_t[::1] fv = np.ascontiguousarray(filters, dtype=np.uint64)
+        cdef uint64_t[::1] sv = np.require(segs, np.uint64, ["C_CONTIGUOUS", "ALIGNED"])
+        cdef uint64_t[::1] fv = np.require(filters, np.uint64, ["C_CONTIGUOUS", "ALIGNED"])
         cdef Py_ssize_t n = sv.shape[0]
         if fv.shape[0] != n:
             raise ValueError("segs and filters must have the same length")
@@ -431,6 +433,11 @@ cdef class RoutingTable:
             raise ValueError(f"{n} offsets, {parents.shape[0]} parents, "
                              f"{refinable.shape[0]} refinable flags and {filters.shape[0]} "
                              "filters")
+        check_aligned(&ids[0] if ids.shape[0] else NULL, 8, "ids")
+        if n:
+            check_aligned(&offsets[0], 8, "offsets")
+            check_aligned(&parents[0], 8, "parents")
+            check_aligned(&filters[0], 8, "filters")
         for j in range(n):
             if not (0 <= offsets[j] < ids.shape[0] and -1 <= parents[j] < ids.shape[0]):
                 raise ValueError(f"point {j}: offset {offsets[j]} or parent {parents[j]} "

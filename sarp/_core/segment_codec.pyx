@@ -22,6 +22,8 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromSt
 from libc.stdint cimport uint16_t, uint32_t, uint64_t, uintptr_t
 from libc.string cimport memcpy
 
+from sarp._core.aligned cimport check_aligned
+
 from sarp.errors import BadLengthError, BadMagicError, ChecksumError, UnsupportedVersionError
 
 
@@ -184,6 +186,7 @@ def encode_segment(
     len(block_ids) * meta_width bytes (bytes, a uint8 array, a structured array)."""
     cdef Py_ssize_t n = block_ids.shape[0]
     check_shape(n, meta_width, "block_ids")
+    check_aligned(&block_ids[0] if n else NULL, 8, "block_ids")
     cdef Py_buffer meta
     get_metadata(metadata, &meta, n * meta_width)
     try:
@@ -252,6 +255,7 @@ def append_blocks(buf, const uint64_t[::1] block_ids not None, metadata):
     cdef Header h
     cdef const unsigned char* p
     cdef Py_ssize_t n = block_ids.shape[0]
+    check_aligned(&block_ids[0] if n else NULL, 8, "block_ids")
     get_record(buf, &view)
     try:
         p = <const unsigned char*>view.buf
