@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sarp._core import routing_table as rt
-from sarp._core.filters import filters_at, region_filter
+from sarp._core.filters import region_filter
 from sarp.config import Config
 
 FIXED, MID, LAST = 0, 1, 2
@@ -40,8 +40,8 @@ class Layout:
 
     points: list[tuple[int, int, int]]  # (offset, role, parent offset)
     offsets: np.ndarray  # int64
-    parents: np.ndarray  # int64 parent offset, -1 for base points
     refinable: np.ndarray  # uint8: base points and the final interval's midpoint
+    walk: rt.Points  # the points and the placement rules, as the compiled walk takes them
 
 
 @dataclass
@@ -101,10 +101,14 @@ class RoutingDirectory:
                     out.append((m, MID, o))
                 if i == len(self.fixed_offsets) - 1 and self.last_offset < count:
                     out.append((self.last_offset, LAST, m))
-        lay = self._layouts[count] = Layout(
-            out, np.array([o for o, _, _ in out], dtype=np.int64),
-            np.array([p for _, _, p in out], dtype=np.int64),
-            np.array([r == FIXED or o == self.final_mid for o, r, _ in out], dtype=np.uint8))
+        c = self.cfg
+        offsets = np.array([o for o, _, _ in out], dtype=np.int64)
+        refinable = np.array([r == FIXED or o == self.final_mid for o, r, _ in out],
+                             dtype=np.uint8)
+        walk = rt.Points(count, offsets, [p for _, _, p in out], refinable, pruning=c.pruning,
+                         threshold=c.pruning_threshold, refinement=c.refinement, tau=c.tau,
+                         n_fields=c.filter_fields, bits=c.field_bits, stride=c.stride)
+        lay = self._layouts[count] = Layout(out, offsets, refinable, walk)
         return lay
 
     def place(self, seg_id: int, ids: np.ndarray, build: Build | None = None,
@@ -119,24 +123,22 @@ class RoutingDirectory:
         walks, ``build.root``), but every walk still joins the entries that exist there: a
         match routes through the deepest entry it finds, so an existing entry must list every
         segment with its key, and a published one must never list only some of them.
-        The walk runs in ``RoutingTable.walk``, which also creates the visible entries of a
+        The walk runs in ``RoutingTable.walk_points``, which also creates the visible entries of a
         walk outside builds; it returns here only to create a private entry or to start
         background work.
         """
-        c = self.cfg
         t = self.table
         if events is None:
             events = Events()
-        count = len(ids)
-        lay = self._layout(count)
-        filts = filters_at(ids, lay.offsets, count, c.filter_fields, c.field_bits, c.stride)
-        n = len(lay.points)
+        lay = self._layout(len(ids))
+        points = lay.walk
+        filts = points.filters(ids)
+        n = points.n
         root = -1 if build is None else build.root
         i, prev, blocked = 0, -1, False
         while True:
-            i, prev, e, parent, blocked = t.walk(
-                ids, lay.offsets, lay.parents, lay.refinable, filts, seg_id, i, prev, c.pruning,
-                c.pruning_threshold, c.refinement, c.tau, build is None, root, blocked)
+            i, prev, e, parent, blocked = t.walk_points(points, ids, filts, seg_id, i, prev,
+                                                        build is None, root, blocked)
             if i >= n:
                 return events
             if e < 0:

@@ -11,6 +11,31 @@ EMPTY_SLOT: int
 #: main-run length from which a list keeps its latest additions in a delta run
 DELTA_MIN: int
 
+class Points:
+    """The routing points of a segment of ``count`` blocks and the placement rules, as
+    ``RoutingTable.walk_points`` takes them (ranges checked once, when built)."""
+
+    count: int
+    n: int
+
+    def __init__(
+        self,
+        count: int,
+        offsets: npt.ArrayLike,
+        parents: npt.ArrayLike,
+        refinable: npt.ArrayLike,
+        *,
+        pruning: bool,
+        threshold: int,
+        refinement: bool,
+        tau: int,
+        n_fields: int,
+        bits: int,
+        stride: int,
+    ) -> None: ...
+    def filters(self, ids: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+        """The packed filter at each point from the segment's ``count`` block IDs."""
+
 class RoutingTable:
     """Routing entries K(p) -> posting list. Writers must be serialized by the caller.
 
@@ -76,6 +101,20 @@ class RoutingTable:
         a private one) or start background work; point == len(offsets) when the walk is done.
         ``blocked``: the walk retained an entry (not ``root``) whose rematerialization is
         queued, so it creates no more entries; pass it back when resuming."""
+    def walk_points(
+        self,
+        points: Points,
+        ids: npt.NDArray[np.uint64],
+        filters: npt.NDArray[np.uint64],
+        seg: int,
+        i: int,
+        prev: int,
+        outside_build: bool = False,
+        root: int = -1,
+        blocked: bool = False,
+    ) -> tuple[int, int, int, int, bool]:
+        """``walk`` over the points and rules of ``points``; ``filters``:
+        ``points.filters(ids)``."""
     def entry_flags(self) -> npt.NDArray[np.uint8]:
         """The flags of every entry, in entry order (a read-only view, no copy)."""
     def nbytes(self) -> int:

@@ -26,6 +26,7 @@ from libc.math cimport sqrt
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 
 from sarp._core.aligned cimport check_aligned
+from sarp._core.filters cimport pack
 
 cnp.import_array()
 
@@ -133,6 +134,80 @@ cdef class _Generation:
         self.deltas = deltas
         self.s = slots
         self.ek, self.er, self.ef = entry_key, entry_ref, entry_flags
+
+
+cdef struct WalkRules:
+    bint pruning, refinement
+    Py_ssize_t threshold, tau
+
+
+cdef class Points:
+    """The routing points of a segment of ``count`` blocks and the placement rules, as
+    ``RoutingTable.walk_points`` takes them: built once per segment length, so that each
+    placement passes them in one argument and their ranges are checked once, not per walk.
+
+    Point j is at offset ``offsets[j]``, needs a refined (or refining) entry at offset
+    ``parents[j]`` unless that is -1, and ``refinable[j]`` says whether its entry may be
+    refined (``RoutingTable.walk``). ``filters`` computes a segment's filter at each point."""
+
+    cdef readonly Py_ssize_t count, n
+    cdef cnp.ndarray _offsets, _parents, _refinable  # keep the arrays the pointers read
+    cdef const int64_t* offsets_p
+    cdef const int64_t* parents_p
+    cdef const uint8_t* refinable_p
+    cdef WalkRules rules
+    cdef int n_fields, bits
+    cdef Py_ssize_t stride
+
+    def __init__(self, Py_ssize_t count, offsets, parents, refinable, *, bint pruning,
+                 Py_ssize_t threshold, bint refinement, Py_ssize_t tau, int n_fields, int bits,
+                 Py_ssize_t stride):
+        self._offsets = np.array(offsets, dtype=np.int64)
+        self._parents = np.array(parents, dtype=np.int64)
+        self._refinable = np.array(refinable, dtype=np.uint8)
+        cdef Py_ssize_t n = self._offsets.shape[0], j
+        if self._offsets.ndim != 1 or self._parents.shape[0] != n or self._refinable.shape[0] != n:
+            raise ValueError(f"{n} offsets, {self._parents.shape[0]} parents and "
+                             f"{self._refinable.shape[0]} refinable flags")
+        if bits < 1 or bits > 32 or n_fields * bits != 64 or stride < 1:
+            raise ValueError("n_fields * bits must be 64 with bits in 1..32 and stride "
+                             f"positive, got {n_fields}, {bits}, {stride}")
+        self.offsets_p = <const int64_t*>cnp.PyArray_DATA(self._offsets)
+        self.parents_p = <const int64_t*>cnp.PyArray_DATA(self._parents)
+        self.refinable_p = <const uint8_t*>cnp.PyArray_DATA(self._refinable)
+        for j in range(n):
+            if not (0 <= self.offsets_p[j] < count and -1 <= self.parents_p[j] < count):
+                raise ValueError(f"point {j}: offset {self.offsets_p[j]} or parent "
+                                 f"{self.parents_p[j]} is not a block of the {count}")
+        self.count, self.n = count, n
+        self.rules.pruning, self.rules.threshold = pruning, threshold
+        self.rules.refinement, self.rules.tau = refinement, tau
+        self.n_fields, self.bits, self.stride = n_fields, bits, stride
+
+    def filters(self, ids):
+        """The packed filter at each point from the segment's block IDs ``ids`` (``count``
+        of them): ``filters_at(ids, offsets, count, ...)``."""
+        cdef cnp.ndarray a = self.checked(ids, "ids", self.count)
+        cdef const uint64_t* p = <const uint64_t*>cnp.PyArray_DATA(a)
+        cdef cnp.ndarray out = np.empty(self.n, dtype=np.uint64)
+        cdef uint64_t* f = <uint64_t*>cnp.PyArray_DATA(out)
+        cdef Py_ssize_t j
+        for j in range(self.n):
+            f[j] = pack(p, self.offsets_p[j], self.count, self.n_fields, self.bits, self.stride)
+        return out
+
+    cdef cnp.ndarray checked(self, object x, str name, Py_ssize_t length):
+        """``x`` if it is a 1-D C-contiguous aligned native uint64 array of ``length``."""
+        if not cnp.PyArray_Check(x):
+            raise TypeError(f"{name} must be a numpy uint64 array, got {type(x).__name__}")
+        cdef cnp.ndarray a = <cnp.ndarray>x
+        if not (cnp.PyArray_TYPE(a) == cnp.NPY_UINT64 and cnp.PyArray_NDIM(a) == 1
+                and cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_ISALIGNED(a)
+                and cnp.PyArray_ISNOTSWAPPED(a)):
+            raise TypeError(f"{name} must be a 1-D C-contiguous aligned uint64 array")
+        if cnp.PyArray_DIM(a, 0) != length:
+            raise ValueError(f"{name} must hold {length} values, got {cnp.PyArray_DIM(a, 0)}")
+        return a
 
 
 cdef class RoutingTable:
@@ -425,10 +500,7 @@ cdef class RoutingTable:
         builds such an entry is never private; it is made visible once its list holds the
         segment, so no match finds it empty.
         """
-        cdef Py_ssize_t n = offsets.shape[0], e, parent, m, j
-        cdef uint8_t fl
-        cdef bint created
-        cdef _Generation g
+        cdef Py_ssize_t n = offsets.shape[0], j
         if not (parents.shape[0] == refinable.shape[0] == filters.shape[0] == n):
             raise ValueError(f"{n} offsets, {parents.shape[0]} parents, "
                              f"{refinable.shape[0]} refinable flags and {filters.shape[0]} "
@@ -442,8 +514,47 @@ cdef class RoutingTable:
             if not (0 <= offsets[j] < ids.shape[0] and -1 <= parents[j] < ids.shape[0]):
                 raise ValueError(f"point {j}: offset {offsets[j]} or parent {parents[j]} "
                                  f"is not a block of the {ids.shape[0]} given")
+        self._check_walk(i, prev, root)
+        cdef WalkRules rules
+        rules.pruning, rules.threshold = pruning, threshold
+        rules.refinement, rules.tau = refinement, tau
+        return self._walk(&ids[0] if ids.shape[0] else NULL, &offsets[0] if n else NULL,
+                          &parents[0] if n else NULL, &refinable[0] if n else NULL,
+                          &filters[0] if n else NULL, n, &rules, seg, i, prev, outside_build,
+                          root, blocked)
+
+    def walk_points(self, Points points not None, ids, filters, uint64_t seg, Py_ssize_t i,
+                    Py_ssize_t prev, bint outside_build=False, Py_ssize_t root=-1,
+                    bint blocked=False):
+        """``walk`` over the routing points and placement rules of ``points``, whose ranges
+        were checked once when it was built: the placement of every segment of its length
+        takes this path. ``ids``: the segment's block IDs (``points.count`` of them);
+        ``filters``: ``points.filters(ids)``."""
+        cdef cnp.ndarray a = points.checked(ids, "ids", points.count)
+        cdef cnp.ndarray f = points.checked(filters, "filters", points.n)
+        self._check_walk(i, prev, root)
+        return self._walk(<const uint64_t*>cnp.PyArray_DATA(a), points.offsets_p,
+                          points.parents_p, points.refinable_p,
+                          <const uint64_t*>cnp.PyArray_DATA(f), points.n, &points.rules, seg,
+                          i, prev, outside_build, root, blocked)
+
+    cdef int _check_walk(self, Py_ssize_t i, Py_ssize_t prev, Py_ssize_t root) except -1:
         if i < 0 or not -1 <= prev < self.n_entries or not -1 <= root < self.n_entries:
             raise ValueError(f"point {i}, previous entry {prev} or root {root} out of range")
+        return 0
+
+    cdef tuple _walk(self, const uint64_t* ids, const int64_t* offsets, const int64_t* parents,
+                     const uint8_t* refinable, const uint64_t* filters, Py_ssize_t n,
+                     const WalkRules* rules, uint64_t seg, Py_ssize_t i, Py_ssize_t prev,
+                     bint outside_build, Py_ssize_t root, bint blocked):
+        """The walk of ``walk``, its arguments checked (every offset and parent a block of
+        ``ids``)."""
+        cdef Py_ssize_t e, parent, m
+        cdef uint8_t fl
+        cdef bint created
+        cdef _Generation g
+        cdef bint pruning = rules.pruning, refinement = rules.refinement
+        cdef Py_ssize_t threshold = rules.threshold, tau = rules.tau
         # A new segment is on no list: no member to refresh. Decided before the walk lists it
         # (a resumed walk finds it listed and searches, as for an extension).
         cdef bint fresh = self._fresh(seg)

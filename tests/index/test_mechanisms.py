@@ -12,6 +12,7 @@ import pytest
 
 import sarp
 from sarp._core import routing_table as rt
+from sarp._core.filters import filters_at
 from sarp.config import config_from_kwargs
 from sarp.errors import CorruptionError
 from sarp.routing import FIXED, Build, Events, RoutingDirectory
@@ -638,12 +639,62 @@ def test_a_walk_with_arguments_out_of_range_raises(bad):
     assert t.n_entries == 0
 
 
+def test_points_filters_are_filters_at_each_point():
+    """``Points.filters``, the compiled placement's filters, against ``filters_at``."""
+    rng = np.random.default_rng(3)
+    offsets, parents = np.array([0, 3, 5, 7], np.int64), np.array([-1, 0, -1, 5], np.int64)
+    for n_fields, bits, stride in [(8, 8, 2), (4, 16, 1), (2, 32, 3)]:
+        pts = rt.Points(8, offsets, parents, np.ones(4, np.uint8), pruning=True, threshold=3,
+                        refinement=True, tau=4, n_fields=n_fields, bits=bits, stride=stride)
+        ids = rng.integers(1, 2**63, 8, dtype=np.uint64)
+        want = filters_at(ids, offsets, 8, n_fields, bits, stride)
+        assert pts.filters(ids).tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("bad", ["offset", "parent", "lengths", "layout"])
+def test_points_out_of_range_raise(bad):
+    args: dict[str, Any] = dict(offsets=[0, 4], parents=[-1, 0], refinable=[1, 1], bits=8)
+    if bad == "offset":
+        args["offsets"] = [0, 8]
+    elif bad == "parent":
+        args["parents"] = [-1, 8]
+    elif bad == "lengths":
+        args["refinable"] = [1]
+    else:
+        args["bits"] = 7
+    with pytest.raises(ValueError):
+        rt.Points(8, args["offsets"], args["parents"], args["refinable"], pruning=True,
+                  threshold=3, refinement=True, tau=4, n_fields=8, bits=args["bits"], stride=2)
+
+
+@pytest.mark.parametrize("bad", ["ids", "filters", "dtype", "point", "prev"])
+def test_a_walk_over_points_with_arguments_out_of_range_raises(bad):
+    t = rt.RoutingTable()
+    pts = rt.Points(8, [0, 4], [-1, -1], [1, 1], pruning=True, threshold=3, refinement=True,
+                    tau=4, n_fields=8, bits=8, stride=2)
+    ids = np.arange(1, 9, dtype=np.uint64)
+    args: dict[str, Any] = dict(ids=ids, filters=pts.filters(ids), i=0, prev=-1)
+    if bad == "ids":
+        args["ids"] = ids[:7].copy()
+    elif bad == "filters":
+        args["filters"] = np.zeros(3, np.uint64)
+    elif bad == "dtype":
+        args["ids"] = ids.astype(np.int64)
+    elif bad == "point":
+        args["i"] = -1
+    else:
+        args["prev"] = 10**12
+    with pytest.raises((ValueError, TypeError)):
+        t.walk_points(pts, args["ids"], args["filters"], 7, args["i"], args["prev"], True)
+    assert t.n_entries == 0
+
+
 class CheckedTable:
     """The routing table, with ``check()`` run after every change made by a background job:
     a lock-free match may run between any two of them."""
 
     CHANGES = {"add_member", "add_entry", "update_member", "set_flags", "make_visible", "walk",
-               "publish"}
+               "walk_points", "publish"}
 
     def __init__(self, table, check):
         self._table, self._check = table, check
