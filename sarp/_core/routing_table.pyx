@@ -57,6 +57,19 @@ cdef Py_ssize_t DELTA_MIN_REFS = 256
 DELTA_MIN = DELTA_MIN_REFS
 
 
+cdef cnp.ndarray _run_view(cnp.ndarray arena, Py_ssize_t off, Py_ssize_t n):
+    """A read-only view of ``arena[off:off + n]`` (a uint64 arena array), which it keeps
+    alive: ``arena[off:off + n]`` made read-only, built without Python-level indexing, as
+    each window a match routes reads one or two runs."""
+    cdef cnp.npy_intp dims[1]
+    dims[0] = n
+    cdef cnp.ndarray a = cnp.PyArray_SimpleNewFromData(
+        1, dims, cnp.NPY_UINT64, <uint64_t*>cnp.PyArray_DATA(arena) + off)
+    cnp.PyArray_CLEARFLAGS(a, cnp.NPY_ARRAY_WRITEABLE)
+    cnp.set_array_base(a, arena)
+    return a
+
+
 cdef inline Py_ssize_t delta_room(Py_ssize_t n_main) noexcept nogil:
     """The most references the delta run of a list with a main run of ``n_main`` holds."""
     if n_main < DELTA_MIN_REFS:
@@ -330,13 +343,9 @@ cdef class RoutingTable:
         cdef Py_ssize_t off = main >> LEN_BITS, n = main & LEN_MASK
         cdef Py_ssize_t doff = delta >> LEN_BITS, d = delta & LEN_MASK
         if d == 0:
-            out = (g.ref_seg[off:off + n], g.ref_filter[off:off + n])
-        else:
-            out = (g.ref_seg[off:off + n], g.ref_filter[off:off + n],
-                   g.ref_seg[doff:doff + d], g.ref_filter[doff:doff + d])
-        for a in out:
-            a.flags.writeable = False
-        return out
+            return (_run_view(g.ref_seg, off, n), _run_view(g.ref_filter, off, n))
+        return (_run_view(g.ref_seg, off, n), _run_view(g.ref_filter, off, n),
+                _run_view(g.ref_seg, doff, d), _run_view(g.ref_filter, doff, d))
 
     def list_len(self, Py_ssize_t entry) -> int:
         self._check_entry(entry)

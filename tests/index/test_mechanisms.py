@@ -639,6 +639,21 @@ def test_a_walk_with_arguments_out_of_range_raises(bad):
     assert t.n_entries == 0
 
 
+def test_runs_are_read_only_views_that_outlive_the_arena_growing():
+    """``runs`` hands out read-only views of one version of a list, which stay valid (the
+    arena they view kept alive) after later additions grow the arena into a new one."""
+    t = rt.RoutingTable(capacity=1)
+    e = t.add_entry(5, rt.VISIBLE)
+    for seg in range(3):
+        t.add_member(e, seg, 100 - seg)
+    runs = t.runs(e)
+    assert [a.tolist() for a in runs] == [[2, 1, 0], [98, 99, 100]]
+    assert not any(a.flags.writeable for a in runs)
+    for seg in range(3, 2000):
+        t.add_member(t.add_entry(10 + seg, rt.VISIBLE), seg, seg)
+    assert [a.tolist() for a in runs] == [[2, 1, 0], [98, 99, 100]]
+
+
 def test_points_filters_are_filters_at_each_point():
     """``Points.filters``, the compiled placement's filters, against ``filters_at``."""
     rng = np.random.default_rng(3)
