@@ -109,7 +109,7 @@ class SegmentStore:
         self.store.put_many([(seg.segment_id, raw) for seg, raw in records])
         with self._alloc_lock:
             self.extensions += extensions
-            self._note(seg for seg, _ in records)
+            self._note([seg for seg, _ in records])
 
     def note_stored(self, segs: Iterable[Segment]) -> None:
         """Count ``segs``, found in the store by recovery or a rebuild, as its newest writes."""
@@ -117,10 +117,13 @@ class SegmentStore:
             self._note(segs)
 
     def _note(self, segs: Iterable[Segment]) -> None:
+        highest = self._highest
         for seg in segs:
             row = (seg.segment_id, seg.block_count)
             self._newest.append(row)
-            self._highest = max(self._highest, row)
+            if row > highest:
+                highest = row
+        self._highest = highest
 
     def probes(self) -> np.ndarray:
         """(segment id, block count) rows, uint64, of the ``PROBES`` newest segment writes
@@ -192,8 +195,16 @@ class HeldSegments:
         return seg
 
     def read(self, segment_id: int) -> Segment | None:
-        """``SegmentStore.read``, from the holder when it holds a current copy."""
-        return self.read_many([segment_id])[0]
+        """``SegmentStore.read``, from the holder when it holds a current copy: ``read_many``
+        of one id, without building its lists (an insert's match reads one at a time)."""
+        if self.current():
+            seg = self._held.get(segment_id)
+            if seg is not None:
+                return seg
+        seg = self._segments.read(segment_id)
+        if seg is not None:
+            self._held[segment_id] = seg
+        return seg
 
     def read_many(self, segment_ids: list[int]) -> list[Segment | None]:
         """``SegmentStore.read_many``; only the segments not held are read, in one batch."""
