@@ -29,7 +29,7 @@ from sarp.config import Config
 from sarp.matched_prefix import Tail
 from sarp.matching import COUNTERS, matcher
 from sarp.routing import RoutingDirectory
-from sarp.segments import HeldSegments, SegmentStore, join_rows
+from sarp.segments import HeldSegments, SegmentStore
 
 #: called with the written segments (decoded), in order, once they are stored, and the number
 #: of blocks they add to the index: registers them
@@ -131,11 +131,8 @@ def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: 
                     continue  # is new, written with this window under its lock
                 if found_end >= we:
                     continue  # the window is already stored
-                shared = found_end - ws
-                ids = np.concatenate((stored.block_ids[:shared], q[found_end:we]))
-                rows = np.frombuffer(join_rows((stored.metadata[:shared], meta[found_end:we])),
-                                     np.uint8).reshape(-1, meta.shape[1])
-                pending.append(segments.encode_new(ws, ids, rows))
+                pending.append(segments.encode_copy(stored, found_end - ws, q[found_end:we],
+                                                    meta[found_end:we]))
                 pending_new += we - found_end
                 diverged = True
             st["segments_written"] += 1

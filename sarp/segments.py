@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sarp._core.segment_codec import Segment, append_blocks, decode_segment, encode_segment
+from sarp._core.segment_codec import (
+    Segment,
+    append_blocks,
+    copy_prefix,
+    decode_segment,
+    encode_segment,
+)
 from sarp.errors import CorruptionError
 from sarp.matched_prefix import WriteClock
 
@@ -96,6 +102,13 @@ class SegmentStore:
                    metadata: np.ndarray) -> tuple[Segment, bytes]:
         """(segment, record) of a new segment under a newly allocated id, not yet stored."""
         return self._encode(self.allocate(), start, block_ids, metadata)
+
+    def encode_copy(self, seg: Segment, keep: int, block_ids: np.ndarray,
+                    metadata: np.ndarray) -> tuple[Segment, bytes]:
+        """(segment, record) of a new segment under a newly allocated id, not yet stored, at
+        ``seg``'s start: its first ``keep`` blocks, then ``block_ids`` with ``metadata``."""
+        raw = copy_prefix(seg.record, keep, self.allocate(), seg.start, block_ids, metadata)
+        return decode_segment(raw), raw
 
     def encode_extended(self, seg: Segment, block_ids: np.ndarray,
                         metadata: np.ndarray) -> tuple[Segment, bytes]:

@@ -38,3 +38,14 @@ def append_blocks(
     buf: Buffer, block_ids: npt.NDArray[np.uint64], metadata: Buffer | npt.NDArray[Any]
 ) -> bytes:
     """A new record: the checked record ``buf`` with more blocks appended."""
+
+def copy_prefix(
+    buf: Buffer,
+    keep: int,
+    segment_id: int,
+    start: int,
+    block_ids: npt.NDArray[np.uint64],
+    metadata: Buffer | npt.NDArray[Any],
+) -> bytes:
+    """The record of a new segment: the first ``keep`` blocks of the checked record ``buf``,
+    then ``block_ids`` and their ``metadata`` (``encode_segment`` of the two joined)."""

@@ -271,3 +271,33 @@ def append_blocks(buf, const uint64_t[::1] block_ids not None, metadata):
             PyBuffer_Release(&meta)
     finally:
         PyBuffer_Release(&view)
+
+
+def copy_prefix(buf, Py_ssize_t keep, uint64_t segment_id, uint64_t start,
+                const uint64_t[::1] block_ids not None, metadata):
+    """The record of a new segment ``segment_id`` starting at ``start``: the first ``keep``
+    blocks of the checked record ``buf`` (their IDs and metadata), then ``block_ids`` and their
+    ``metadata``. The same bytes as ``encode_segment`` of the two joined, without joining
+    them first: an insert that diverges inside a stored segment copies its shared prefix so."""
+    cdef Py_buffer view, meta
+    cdef Header h
+    cdef const unsigned char* p
+    cdef Py_ssize_t n = block_ids.shape[0]
+    get_record(buf, &view)
+    try:
+        p = <const unsigned char*>view.buf
+        parse_header(p, view.len, &h)
+        check_checksum(p, view.len)
+        if keep < 0 or keep > h.block_count:
+            raise ValueError(f"keep must be in [0, {h.block_count}] (the record's blocks), "
+                             f"got {keep}")
+        check_shape(keep + n, h.meta_width, "block_ids (with the blocks kept)")
+        get_metadata(metadata, &meta, n * h.meta_width)
+        try:
+            return build(segment_id, start, h.meta_width,
+                         p + HEADER_SIZE, p + HEADER_SIZE + 8 * h.block_count, keep,
+                         &block_ids[0] if n else NULL, <const unsigned char*>meta.buf, n)
+        finally:
+            PyBuffer_Release(&meta)
+    finally:
+        PyBuffer_Release(&view)

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from sarp._core.segment_codec import (
     append_blocks,
+    copy_prefix,
     decode_segment,
     encode_segment,
     encoded_size,
@@ -58,6 +59,32 @@ def test_append_matches_encoding_the_whole(case, data):
     more_meta = data.draw(st.binary(min_size=len(more) * width, max_size=len(more) * width))
     raw = append_blocks(encode_segment(sid, start, u64(ids), meta, width), u64(more), more_meta)
     assert raw == ref.encode_segment(sid, start, ids + more, meta + more_meta, width)
+
+
+@given(segments(), st.data())
+def test_copy_prefix_matches_encoding_the_kept_blocks_and_the_new_ones(case, data):
+    sid, start, ids, meta, width = case
+    keep = data.draw(st.integers(0, len(ids)))
+    more = data.draw(st.lists(U64, max_size=20))
+    more_meta = data.draw(st.binary(min_size=len(more) * width, max_size=len(more) * width))
+    new_id, new_start = data.draw(U64), data.draw(U64)
+    raw = copy_prefix(encode_segment(sid, start, u64(ids), meta, width), keep, new_id,
+                      new_start, u64(more), more_meta)
+    assert raw == ref.encode_segment(new_id, new_start, ids[:keep] + more,
+                                     meta[:keep * width] + more_meta, width)
+
+
+def test_copy_prefix_checks_its_arguments():
+    raw = encode_segment(1, 0, u64([5, 6, 7]), bytes(6), 2)
+    for keep in (-1, 4):
+        with pytest.raises(ValueError, match="keep must be in"):
+            copy_prefix(raw, keep, 2, 0, u64([8]), bytes(2))
+    with pytest.raises(ValueError, match="metadata must be exactly"):
+        copy_prefix(raw, 1, 2, 0, u64([8]), bytes(3))
+    damaged = bytearray(raw)
+    damaged[40] ^= 1
+    with pytest.raises(ChecksumError):
+        copy_prefix(bytes(damaged), 1, 2, 0, u64([8]), bytes(2))
 
 
 def test_views_not_copies():
