@@ -422,11 +422,16 @@ class Index:
         with self._journal_lock:
             self.record_seq += 1
             self._journal.append(journal.Record(self.record_seq, self.segments.next_id,
-                                                new_blocks, np.asarray(segment_ids)))
-            self._count(indexed_blocks=new_blocks)  # in the same journal epoch
+                                                new_blocks, np.array(segment_ids, np.uint64)))
+            with self._counter_lock:  # in the same journal epoch
+                self.counters["indexed_blocks"] += new_blocks
 
     def _maybe_snapshot(self, inserted: bool) -> None:
+        """Submit a snapshot when the schedule (``_every``) says one is due; without a
+        schedule there is nothing to count."""
         every_n, every_s = self._every
+        if not (every_n or every_s):
+            return
         with self._counter_lock:
             self._since_snapshot += inserted
             due = (every_n and self._since_snapshot >= every_n) or (

@@ -38,12 +38,14 @@ OnWrite = Callable[[list, int], None]
 WindowLock = Callable[[int], threading.Lock]
 
 
+_ZEROED = {**dict.fromkeys(COUNTERS, 0), "segments_written": 0, "segments_extended": 0,
+           "blocks_written": 0, "new_blocks": 0}
+
+
 def insert_stats() -> dict[str, int]:
     """The counters an insert returns, zeroed: the matching path's (``COUNTERS``, for the
     windows it matched) and what it wrote."""
-    st = dict.fromkeys(COUNTERS, 0)
-    st.update(segments_written=0, segments_extended=0, blocks_written=0, new_blocks=0)
-    return st
+    return _ZEROED.copy()
 
 
 def insert(cfg: Config, directory: RoutingDirectory, segments: SegmentStore, q: np.ndarray,

@@ -49,6 +49,7 @@ SYNCED_MAX = (1 << 32) - 1
 FILES = Numbered("journal-", ".log")
 #: appended record bytes held in memory before they are written without waiting for a sync
 WRITE_BEHIND = 64 << 10
+_LE_U64 = np.dtype("<u8")  # the segment ids' type on disk
 
 
 @dataclass
@@ -65,7 +66,7 @@ class Record:
 def encode_record(r: Record, synced: int = 0) -> bytes:
     """The on-disk bytes of ``r``: record header (length, XXH64 of the payload) and payload.
     ``synced``: the bytes of the journal the last good sync covered (a multiple of 8)."""
-    ids = np.asarray(r.segment_ids, dtype="<u8")
+    ids = np.asarray(r.segment_ids, dtype=_LE_U64)
     payload = PAYLOAD_HEADER.pack(r.record_seq, r.next_segment_id, r.new_blocks, len(ids),
                                   min(synced // 8, SYNCED_MAX)) + ids.tobytes()
     return RECORD_HEADER.pack(len(payload), 0, xxh64(payload)) + payload
