@@ -283,6 +283,7 @@ def copy_prefix(buf, Py_ssize_t keep, uint64_t segment_id, uint64_t start,
     cdef Header h
     cdef const unsigned char* p
     cdef Py_ssize_t n = block_ids.shape[0]
+    check_aligned(&block_ids[0] if n else NULL, 8, "block_ids")
     get_record(buf, &view)
     try:
         p = <const unsigned char*>view.buf
