@@ -251,26 +251,7 @@ cdef cnp.ndarray _readonly_view(object base, unsigned char* data, int nd, cnp.np
 def append_blocks(buf, const uint64_t[::1] block_ids not None, metadata):
     """A new record: the checked record ``buf`` with ``block_ids`` and their ``metadata``
     appended (same segment id, start and metadata width)."""
-    cdef Py_buffer view, meta
-    cdef Header h
-    cdef const unsigned char* p
-    cdef Py_ssize_t n = block_ids.shape[0]
-    check_aligned(&block_ids[0] if n else NULL, 8, "block_ids")
-    get_record(buf, &view)
-    try:
-        p = <const unsigned char*>view.buf
-        parse_header(p, view.len, &h)
-        check_checksum(p, view.len)
-        check_shape(h.block_count + n, h.meta_width, "block_ids (with the existing blocks)")
-        get_metadata(metadata, &meta, n * h.meta_width)
-        try:
-            return build(h.segment_id, h.start, h.meta_width,
-                         p + HEADER_SIZE, p + HEADER_SIZE + 8 * h.block_count, h.block_count,
-                         &block_ids[0] if n else NULL, <const unsigned char*>meta.buf, n)
-        finally:
-            PyBuffer_Release(&meta)
-    finally:
-        PyBuffer_Release(&view)
+    return _with_blocks(buf, 0, True, 0, 0, block_ids, metadata)
 
 
 def copy_prefix(buf, Py_ssize_t keep, uint64_t segment_id, uint64_t start,
@@ -279,6 +260,14 @@ def copy_prefix(buf, Py_ssize_t keep, uint64_t segment_id, uint64_t start,
     blocks of the checked record ``buf`` (their IDs and metadata), then ``block_ids`` and their
     ``metadata``. The same bytes as ``encode_segment`` of the two joined, without joining
     them first: an insert that diverges inside a stored segment copies its shared prefix so."""
+    return _with_blocks(buf, keep, False, segment_id, start, block_ids, metadata)
+
+
+cdef bytes _with_blocks(object buf, Py_ssize_t keep, bint append, uint64_t segment_id,
+                        uint64_t start, const uint64_t[::1] block_ids, object metadata):
+    """The first ``keep`` blocks of the checked record ``buf`` followed by ``block_ids`` and
+    their ``metadata``, as segment ``segment_id`` at ``start``; with ``append``, every block
+    of ``buf`` under its own segment id and start."""
     cdef Py_buffer view, meta
     cdef Header h
     cdef const unsigned char* p
@@ -289,10 +278,14 @@ def copy_prefix(buf, Py_ssize_t keep, uint64_t segment_id, uint64_t start,
         p = <const unsigned char*>view.buf
         parse_header(p, view.len, &h)
         check_checksum(p, view.len)
-        if keep < 0 or keep > h.block_count:
-            raise ValueError(f"keep must be in [0, {h.block_count}] (the record's blocks), "
-                             f"got {keep}")
-        check_shape(keep + n, h.meta_width, "block_ids (with the blocks kept)")
+        if append:
+            keep, segment_id, start = h.block_count, h.segment_id, h.start
+            check_shape(keep + n, h.meta_width, "block_ids (with the existing blocks)")
+        else:
+            if keep < 0 or keep > h.block_count:
+                raise ValueError(f"keep must be in [0, {h.block_count}] (the record's blocks), "
+                                 f"got {keep}")
+            check_shape(keep + n, h.meta_width, "block_ids (with the blocks kept)")
         get_metadata(metadata, &meta, n * h.meta_width)
         try:
             return build(segment_id, start, h.meta_width,
