@@ -423,8 +423,7 @@ class Index:
             self.record_seq += 1
             self._journal.append(journal.Record(self.record_seq, self.segments.next_id,
                                                 new_blocks, np.array(segment_ids, np.uint64)))
-            with self._counter_lock:  # in the same journal epoch
-                self.counters["indexed_blocks"] += new_blocks
+            self._count(indexed_blocks=new_blocks)  # in the same journal epoch
 
     def _maybe_snapshot(self, inserted: bool) -> None:
         """Submit a snapshot when the schedule (``_every``) says one is due; without a
