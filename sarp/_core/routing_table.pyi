@@ -78,29 +78,6 @@ class RoutingTable:
         return True; else change nothing and return False."""
     def add_member(self, entry: int, seg: int, filt: int) -> None:
         """Publish the list with (seg, filt) inserted after the filters <= ``filt``."""
-    def walk(
-        self,
-        ids: npt.NDArray[np.uint64],
-        offsets: npt.NDArray[np.int64],
-        parents: npt.NDArray[np.int64],
-        refinable: npt.NDArray[np.uint8],
-        filters: npt.NDArray[np.uint64],
-        seg: int,
-        i: int,
-        prev: int,
-        pruning: bool,
-        threshold: int,
-        refinement: bool,
-        tau: int,
-        outside_build: bool = False,
-        root: int = -1,
-        blocked: bool = False,
-    ) -> tuple[int, int, int, int, bool]:
-        """Algorithm 2's placement walk from point ``i``: (point, prev, entry, parent,
-        blocked) where the caller must create an entry (entry -1; with ``outside_build`` only
-        a private one) or start background work; point == len(offsets) when the walk is done.
-        ``blocked``: the walk retained an entry (not ``root``) whose rematerialization is
-        queued, so it creates no more entries; pass it back when resuming."""
     def walk_points(
         self,
         points: Points,
@@ -113,8 +90,12 @@ class RoutingTable:
         root: int = -1,
         blocked: bool = False,
     ) -> tuple[int, int, int, int, bool]:
-        """``walk`` over the points and rules of ``points``; ``filters``:
-        ``points.filters(ids)``."""
+        """Algorithm 2's placement walk over the points and rules of ``points`` from point
+        ``i`` (``filters``: ``points.filters(ids)``): (point, prev, entry, parent, blocked)
+        where the caller must create an entry (entry -1; with ``outside_build`` only a private
+        one) or start background work; point == ``points.n`` when the walk is done.
+        ``blocked``: the walk retained an entry (not ``root``) whose rematerialization is
+        queued, so it creates no more entries; pass it back when resuming."""
     def entry_flags(self) -> npt.NDArray[np.uint8]:
         """The flags of every entry, in entry order (a read-only view, no copy)."""
     def nbytes(self) -> int:

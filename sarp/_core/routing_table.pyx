@@ -161,7 +161,7 @@ cdef class Points:
 
     Point j is at offset ``offsets[j]``, needs a refined (or refining) entry at offset
     ``parents[j]`` unless that is -1, and ``refinable[j]`` says whether its entry may be
-    refined (``RoutingTable.walk``). ``filters`` computes a segment's filter at each point."""
+    refined. ``filters`` computes a segment's filter at each point."""
 
     cdef readonly Py_ssize_t count, n
     cdef cnp.ndarray _offsets, _parents, _refinable  # keep the arrays the pointers read
@@ -210,16 +210,17 @@ cdef class Points:
         return out
 
     cdef cnp.ndarray checked(self, object x, str name, Py_ssize_t length):
-        """``x`` if it is a 1-D C-contiguous aligned native uint64 array of ``length``."""
+        """``x`` if it is a 1-D C-contiguous aligned native uint64 array of ``length``
+        (misaligned: ValueError, as from every kernel, sarp/_core/aligned.pxd)."""
         if not cnp.PyArray_Check(x):
             raise TypeError(f"{name} must be a numpy uint64 array, got {type(x).__name__}")
         cdef cnp.ndarray a = <cnp.ndarray>x
         if not (cnp.PyArray_TYPE(a) == cnp.NPY_UINT64 and cnp.PyArray_NDIM(a) == 1
-                and cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_ISALIGNED(a)
-                and cnp.PyArray_ISNOTSWAPPED(a)):
-            raise TypeError(f"{name} must be a 1-D C-contiguous aligned uint64 array")
+                and cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_ISNOTSWAPPED(a)):
+            raise TypeError(f"{name} must be a 1-D C-contiguous uint64 array")
         if cnp.PyArray_DIM(a, 0) != length:
             raise ValueError(f"{name} must hold {length} values, got {cnp.PyArray_DIM(a, 0)}")
+        check_aligned(cnp.PyArray_DATA(a), 8, name)
         return a
 
 
@@ -479,21 +480,18 @@ cdef class RoutingTable:
         self._check_entry(entry)
         self._rewrite(entry, -1, -1, seg, filt)
 
-    def walk(self, const uint64_t[::1] ids not None, const int64_t[::1] offsets not None,
-             const int64_t[::1] parents not None, const uint8_t[::1] refinable not None,
-             const uint64_t[::1] filters not None, uint64_t seg, Py_ssize_t i, Py_ssize_t prev,
-             bint pruning, Py_ssize_t threshold, bint refinement, Py_ssize_t tau,
-             bint outside_build=False, Py_ssize_t root=-1, bint blocked=False):
-        """Algorithm 2's placement walk of segment ``seg`` (block IDs ``ids``) from point ``i``,
-        ``prev`` the last retained entry (-1: none yet).
-
-        Point j is at offset ``offsets[j]``, needs a refined (or refining) entry at offset
-        ``parents[j]`` unless that is -1, and ``refinable[j]`` says whether its entry may be
-        refined; ``filters[j]`` is the segment's filter there. The walk refreshes existing
+    def walk_points(self, Points points not None, ids, filters, uint64_t seg, Py_ssize_t i,
+                    Py_ssize_t prev, bint outside_build=False, Py_ssize_t root=-1,
+                    bint blocked=False):
+        """Algorithm 2's placement walk of segment ``seg`` (block IDs ``ids``, ``points.count``
+        of them) over the routing points and placement rules of ``points``, from point ``i``,
+        ``prev`` the last retained entry (-1: none yet). ``filters``: ``points.filters(ids)``,
+        the segment's filter at each point. The points' ranges were checked once, when
+        ``points`` was built for every segment of its length. The walk refreshes existing
         members, prunes, and adds the segment to existing entries, and stops where the caller
         must act: returns (j, prev, entry, parent, blocked) with ``entry`` -1 when point j's
         key has no entry (``parent``: the entry enabling it, or -1), or the entry that just
-        gained the member and crossed tau or the pruning threshold. j == len(offsets): the
+        gained the member and crossed tau or the pruning threshold. j == ``points.n``: the
         walk is done. The caller passes ``blocked`` back when it resumes the walk.
 
         Once the walk has retained an entry whose rematerialization is queued (other than
@@ -509,55 +507,21 @@ cdef class RoutingTable:
         builds such an entry is never private; it is made visible once its list holds the
         segment, so no match finds it empty.
         """
-        cdef Py_ssize_t n = offsets.shape[0], j
-        if not (parents.shape[0] == refinable.shape[0] == filters.shape[0] == n):
-            raise ValueError(f"{n} offsets, {parents.shape[0]} parents, "
-                             f"{refinable.shape[0]} refinable flags and {filters.shape[0]} "
-                             "filters")
-        check_aligned(&ids[0] if ids.shape[0] else NULL, 8, "ids")
-        if n:
-            check_aligned(&offsets[0], 8, "offsets")
-            check_aligned(&parents[0], 8, "parents")
-            check_aligned(&filters[0], 8, "filters")
-        for j in range(n):
-            if not (0 <= offsets[j] < ids.shape[0] and -1 <= parents[j] < ids.shape[0]):
-                raise ValueError(f"point {j}: offset {offsets[j]} or parent {parents[j]} "
-                                 f"is not a block of the {ids.shape[0]} given")
-        self._check_walk(i, prev, root)
-        cdef WalkRules rules
-        rules.pruning, rules.threshold = pruning, threshold
-        rules.refinement, rules.tau = refinement, tau
-        return self._walk(&ids[0] if ids.shape[0] else NULL, &offsets[0] if n else NULL,
-                          &parents[0] if n else NULL, &refinable[0] if n else NULL,
-                          &filters[0] if n else NULL, n, &rules, seg, i, prev, outside_build,
-                          root, blocked)
-
-    def walk_points(self, Points points not None, ids, filters, uint64_t seg, Py_ssize_t i,
-                    Py_ssize_t prev, bint outside_build=False, Py_ssize_t root=-1,
-                    bint blocked=False):
-        """``walk`` over the routing points and placement rules of ``points``, whose ranges
-        were checked once when it was built: the placement of every segment of its length
-        takes this path. ``ids``: the segment's block IDs (``points.count`` of them);
-        ``filters``: ``points.filters(ids)``."""
         cdef cnp.ndarray a = points.checked(ids, "ids", points.count)
         cdef cnp.ndarray f = points.checked(filters, "filters", points.n)
-        self._check_walk(i, prev, root)
+        if i < 0 or not -1 <= prev < self.n_entries or not -1 <= root < self.n_entries:
+            raise ValueError(f"point {i}, previous entry {prev} or root {root} out of range")
         return self._walk(<const uint64_t*>cnp.PyArray_DATA(a), points.offsets_p,
                           points.parents_p, points.refinable_p,
                           <const uint64_t*>cnp.PyArray_DATA(f), points.n, &points.rules, seg,
                           i, prev, outside_build, root, blocked)
 
-    cdef int _check_walk(self, Py_ssize_t i, Py_ssize_t prev, Py_ssize_t root) except -1:
-        if i < 0 or not -1 <= prev < self.n_entries or not -1 <= root < self.n_entries:
-            raise ValueError(f"point {i}, previous entry {prev} or root {root} out of range")
-        return 0
-
     cdef tuple _walk(self, const uint64_t* ids, const int64_t* offsets, const int64_t* parents,
                      const uint8_t* refinable, const uint64_t* filters, Py_ssize_t n,
                      const WalkRules* rules, uint64_t seg, Py_ssize_t i, Py_ssize_t prev,
                      bint outside_build, Py_ssize_t root, bint blocked):
-        """The walk of ``walk``, its arguments checked (every offset and parent a block of
-        ``ids``)."""
+        """The walk of ``walk_points``, its arguments checked (every offset and parent a
+        block of ``ids``)."""
         cdef Py_ssize_t e, parent, m
         cdef uint8_t fl
         cdef bint created

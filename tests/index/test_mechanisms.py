@@ -616,29 +616,6 @@ def test_entry_ids_out_of_range_raise_instead_of_reading_past_the_arrays():
     assert t.refs(e)[0].tolist() == [1] and t.flags(e) == rt.VISIBLE  # nothing changed
 
 
-@pytest.mark.parametrize("bad", ["lengths", "offset", "parent", "point", "prev", "root"])
-def test_a_walk_with_arguments_out_of_range_raises(bad):
-    t = rt.RoutingTable()
-    ids = np.arange(1, 9, dtype=np.uint64)
-    args: dict[str, Any] = dict(
-        offsets=np.array([0, 4], np.int64), parents=np.array([-1, -1], np.int64),
-        refinable=np.zeros(2, np.uint8), filters=np.zeros(2, np.uint64), i=0, prev=-1, root=-1)
-    if bad == "lengths":
-        args["filters"] = np.zeros(1, np.uint64)
-    elif bad == "offset":
-        args["offsets"][1] = 8
-    elif bad == "parent":
-        args["parents"][1] = 10**12
-    elif bad == "point":
-        args["i"] = -1
-    else:
-        args[bad] = 10**12
-    with pytest.raises(ValueError):
-        t.walk(ids, args["offsets"], args["parents"], args["refinable"], args["filters"], 7,
-               args["i"], args["prev"], True, 3, True, 256, True, args["root"])
-    assert t.n_entries == 0
-
-
 def test_runs_are_read_only_views_that_outlive_the_arena_growing():
     """``runs`` hands out read-only views of one version of a list, which stay valid (the
     arena they view kept alive) after later additions grow the arena into a new one."""
@@ -682,13 +659,13 @@ def test_points_out_of_range_raise(bad):
                   threshold=3, refinement=True, tau=4, n_fields=8, bits=args["bits"], stride=2)
 
 
-@pytest.mark.parametrize("bad", ["ids", "filters", "dtype", "point", "prev"])
+@pytest.mark.parametrize("bad", ["ids", "filters", "dtype", "point", "prev", "root"])
 def test_a_walk_over_points_with_arguments_out_of_range_raises(bad):
     t = rt.RoutingTable()
     pts = rt.Points(8, [0, 4], [-1, -1], [1, 1], pruning=True, threshold=3, refinement=True,
                     tau=4, n_fields=8, bits=8, stride=2)
     ids = np.arange(1, 9, dtype=np.uint64)
-    args: dict[str, Any] = dict(ids=ids, filters=pts.filters(ids), i=0, prev=-1)
+    args: dict[str, Any] = dict(ids=ids, filters=pts.filters(ids), i=0, prev=-1, root=-1)
     if bad == "ids":
         args["ids"] = ids[:7].copy()
     elif bad == "filters":
@@ -698,9 +675,10 @@ def test_a_walk_over_points_with_arguments_out_of_range_raises(bad):
     elif bad == "point":
         args["i"] = -1
     else:
-        args["prev"] = 10**12
+        args[bad] = 10**12
     with pytest.raises((ValueError, TypeError)):
-        t.walk_points(pts, args["ids"], args["filters"], 7, args["i"], args["prev"], True)
+        t.walk_points(pts, args["ids"], args["filters"], 7, args["i"], args["prev"], True,
+                      args["root"])
     assert t.n_entries == 0
 
 
@@ -708,7 +686,7 @@ class CheckedTable:
     """The routing table, with ``check()`` run after every change made by a background job:
     a lock-free match may run between any two of them."""
 
-    CHANGES = {"add_member", "add_entry", "update_member", "set_flags", "make_visible", "walk",
+    CHANGES = {"add_member", "add_entry", "update_member", "set_flags", "make_visible",
                "walk_points", "publish"}
 
     def __init__(self, table, check):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from sarp._core import blockids, bloom, filters, segment_codec
-from sarp._core.routing_table import RoutingTable
+from sarp._core.routing_table import Points, RoutingTable
 
 
 def misaligned(values: Any, dtype: Any) -> np.ndarray:
@@ -30,10 +30,12 @@ PAGES = np.array([[0, 0, 64]], dtype=np.uint32)
 POSITIONS = np.array([0, 2], dtype=np.int64)
 
 
-def _walk(ids: np.ndarray, offsets: np.ndarray, parents: np.ndarray,
-          filt: np.ndarray) -> object:
-    return RoutingTable().walk(ids, offsets, parents, np.zeros(1, np.uint8), filt, 7, 0, -1,
-                               False, 8, False, 8)
+POINTS = Points(64, [0, 32], [-1, -1], [1, 1], pruning=False, threshold=8, refinement=False,
+                tau=8, n_fields=8, bits=8, stride=2)
+
+
+def _walk(ids: np.ndarray, filt: np.ndarray) -> object:
+    return RoutingTable().walk_points(POINTS, ids, filt, 7, 0, -1)
 
 
 # (kernel, its arguments, which of them to misalign, the name its error gives)
@@ -56,10 +58,9 @@ CASES: list[tuple[Callable[..., object], tuple[Any, ...], int, str]] = [
     (segment_codec.copy_prefix,
      (segment_codec.encode_segment(1, 0, IDS[:2], bytes(2), 1), 1, 2, 0, IDS[:3], bytes(3)), 4,
      "block_ids"),
-    (_walk, (IDS, np.zeros(1, np.int64), np.full(1, -1, np.int64), IDS[:1]), 0, "ids"),
-    (_walk, (IDS, np.zeros(1, np.int64), np.full(1, -1, np.int64), IDS[:1]), 1, "offsets"),
-    (_walk, (IDS, np.zeros(1, np.int64), np.full(1, -1, np.int64), IDS[:1]), 2, "parents"),
-    (_walk, (IDS, np.zeros(1, np.int64), np.full(1, -1, np.int64), IDS[:1]), 3, "filters"),
+    (POINTS.filters, (IDS,), 0, "ids"),
+    (_walk, (IDS, POINTS.filters(IDS)), 0, "ids"),
+    (_walk, (IDS, POINTS.filters(IDS)), 1, "filters"),
 ]
 
 
