@@ -31,6 +31,7 @@ import numpy as np
 
 import storage_backends
 from sarp import journal, recovery, snapshot
+from sarp._core.calls import Calls
 from sarp._core.hashing import xxh64
 from sarp._core.segment_codec import encoded_size
 from sarp.background import Worker
@@ -53,7 +54,6 @@ from sarp.matching import match as match_path
 from sarp.routing import Build, Events, RoutingDirectory
 from sarp.segments import HeldSegments, SegmentStore
 from storage_backends.base import check_io
-from storage_backends.calls import Calls
 from storage_backends.io import SYNC_FAILED_FILE, FileIO
 
 CONFIG_FILE = "sarp.json"

@@ -14,9 +14,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sarp._core.calls import Calls
 from sarp.checks import check_bool, check_int, check_iterable, check_path
 from sarp.errors import CorruptionError, StoreClosedError, StoreKindError
-from storage_backends.calls import Calls
 from storage_backends.io import File, FileIO
 from storage_backends.write_stop import WriteStop
 
@@ -173,7 +173,10 @@ class RecordStore(ABC):
             self._check_open()
             return
         self._run_write(lambda: self._put_many(checked))
-        self._count(logical_writes=len(checked), bytes_written=sum(len(v) for _, v in checked))
+        nbytes = 0
+        for _, v in checked:
+            nbytes += len(v)
+        self._count("logical_writes", len(checked), "bytes_written", nbytes)
 
     def get(self, key: int) -> bytes | None:
         """The value stored under ``key``, or None."""
@@ -187,7 +190,7 @@ class RecordStore(ABC):
         """Remove ``key``; deleting a missing key is not an error."""
         key = check_key(key)
         self._run_write(lambda: self._delete(key))
-        self._count(logical_deletes=1)
+        self._count("logical_deletes", 1)
 
     def scan(self) -> Iterator[tuple[int, bytes]]:
         """Every live record, in ascending key order (used by rebuild and tests).
@@ -297,8 +300,11 @@ class RecordStore(ABC):
         """The engine's values for checked ``keys``, counted as logical reads."""
         with self._calls:
             values = self._get_many(keys)
-        self._count(logical_reads=len(keys),
-                    bytes_read=sum(len(v) for v in values if v is not None))
+        nbytes = 0
+        for v in values:
+            if v is not None:
+                nbytes += len(v)
+        self._count("logical_reads", len(keys), "bytes_read", nbytes)
         return values
 
     def _run_write(self, op: Callable[[], None]) -> None:
@@ -312,10 +318,12 @@ class RecordStore(ABC):
         if not self._calls.open:
             raise self._calls.closed_error()
 
-    def _count(self, **deltas: int) -> None:
+    def _count(self, name: str, n: int, bytes_name: str = "", nbytes: int = 0) -> None:
+        """Add ``n`` to the counter ``name`` and, if given, ``nbytes`` to ``bytes_name``."""
         with self._counter_lock:
-            for name, d in deltas.items():
-                self._counters[name] += d
+            self._counters[name] += n
+            if bytes_name:
+                self._counters[bytes_name] += nbytes
 
     def _scan_chunks(
         self, read_chunk: Callable[[int, int], list[tuple[int, bytes]]]

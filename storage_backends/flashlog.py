@@ -331,7 +331,7 @@ class FlashLogStore(RecordStore):
         sync then stops writes), or, for a failed rotation or compaction, committed."""
         assert self._wal is not None
         if self.durability == "sync" and self._wal.commit(sync=True):
-            self._count(syncs=1)
+            self._count("syncs", 1)
         if 2 * self._garbage > self._log.record_bytes > COMPACT_FLOOR:
             self._compact()
         elif self._wal.size() > self._wal_limit:
@@ -455,7 +455,7 @@ class FlashLogStore(RecordStore):
     def _flush(self, sync: bool) -> None:
         with self._lock:  # no WAL (opened at the last WAL number): nothing was written
             if self._wal is not None and self._wal.commit(sync=sync):
-                self._count(syncs=1)
+                self._count("syncs", 1)
 
     def _close(self) -> None:
         with self._lock:

@@ -446,7 +446,7 @@ class ODirectStore(RecordStore):
         self._data.fdatasync()
         self._synced = synced
         self._unsynced.clear()
-        self._count(syncs=1)
+        self._count("syncs", 1)
         if self._checkpoint_due():
             self._checkpoint()
 

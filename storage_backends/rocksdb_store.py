@@ -117,7 +117,7 @@ class RocksDBStore(RecordStore):
 
     def _count_sync(self) -> None:
         if self.durability == "sync":
-            self._count(syncs=1)
+            self._count("syncs", 1)
 
     def _get_many(self, keys: list[int]) -> list[bytes | None]:
         return cast("list[bytes | None]",
@@ -150,7 +150,7 @@ class RocksDBStore(RecordStore):
     def _flush(self, sync: bool) -> None:
         self._engine(lambda: self._db.flush_wal(sync))
         if sync:
-            self._count(syncs=1)
+            self._count("syncs", 1)
 
     def _close(self) -> None:
         self._engine(self._db.close)

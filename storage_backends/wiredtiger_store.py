@@ -280,7 +280,7 @@ class WiredTigerStore(RecordStore):
             # Syncing the last commit syncs the log up to it, covering the earlier chunks too.
             self._commit(h, chunk, "sync=on" if sync and i == len(chunks) - 1 else None)
         if sync:
-            self._count(syncs=1)
+            self._count("syncs", 1)
 
     @classmethod
     def _commit(cls, h: _Handle, chunk: list[tuple[int, bytes | None]],
@@ -360,7 +360,7 @@ class WiredTigerStore(RecordStore):
     def _flush(self, sync: bool) -> None:
         self._handle().session.log_flush("sync=on" if sync else "sync=off")  # off: to the OS
         if sync:
-            self._count(syncs=1)
+            self._count("syncs", 1)
 
     @_damage_checked
     def _close(self) -> None:
