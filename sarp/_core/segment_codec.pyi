@@ -1,19 +1,27 @@
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from typing_extensions import Buffer
 
-class Segment(NamedTuple):
-    """A decoded segment record; block_ids and metadata are views into ``record``."""
+class Segment:
+    """A decoded segment record; block_ids and metadata are views into ``record``. Made by
+    ``decode_segment`` only."""
 
-    segment_id: int
-    start: int
-    block_count: int
-    meta_width: int
-    block_ids: npt.NDArray[np.uint64]
-    metadata: npt.NDArray[np.uint8]
-    record: Buffer
+    @property
+    def segment_id(self) -> int: ...
+    @property
+    def start(self) -> int: ...
+    @property
+    def block_count(self) -> int: ...
+    @property
+    def meta_width(self) -> int: ...
+    @property
+    def block_ids(self) -> npt.NDArray[np.uint64]: ...
+    @property
+    def metadata(self) -> npt.NDArray[np.uint8]: ...
+    @property
+    def record(self) -> Buffer: ...
 
 def encoded_size(block_count: int, meta_width: int) -> int:
     """Bytes of the record of ``block_count`` blocks with ``meta_width``-byte metadata."""

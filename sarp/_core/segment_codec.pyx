@@ -5,7 +5,6 @@ views into the record, not copies.
 """
 
 import sys
-from collections import namedtuple
 
 import numpy as np
 
@@ -49,13 +48,25 @@ cnp.import_array()
 cdef Py_ssize_t MAX_BLOCKS = 0xFFFFFFFF
 cdef Py_ssize_t MAX_META_WIDTH = 0xFFFF
 
-Segment = namedtuple(
-    "Segment",
-    ["segment_id", "start", "block_count", "meta_width", "block_ids", "metadata", "record"],
-    module=__name__,
-)
-Segment.__doc__ = """A decoded segment record; block_ids and metadata are views into
-``record``, the buffer it was decoded from."""
+cdef class Segment:
+    """A decoded segment record; block_ids and metadata are views into ``record``, the buffer
+    it was decoded from. Made only by this module's decoder (a compiled class: the matching
+    path decodes one per retrieval)."""
+
+    cdef readonly object segment_id, start, block_count, meta_width
+    cdef readonly object block_ids, metadata, record
+
+    def __repr__(self):
+        return (f"Segment(segment_id={self.segment_id}, start={self.start}, "
+                f"block_count={self.block_count}, meta_width={self.meta_width})")
+
+
+cdef Segment make_segment(Header* h, object ids, object meta, object record):
+    cdef Segment seg = Segment.__new__(Segment)
+    seg.segment_id, seg.start = h.segment_id, h.start
+    seg.block_count, seg.meta_width = h.block_count, h.meta_width
+    seg.block_ids, seg.metadata, seg.record = ids, meta, record
+    return seg
 
 
 cdef struct Header:
@@ -229,14 +240,13 @@ def decode_segment(buf):
             dims[0], dims[1] = h.block_count, h.meta_width
             ids = _readonly_view(buf, p, 1, dims, cnp.NPY_UINT64)
             meta = _readonly_view(buf, p + 8 * h.block_count, 2, dims, cnp.NPY_UINT8)
-            return Segment(h.segment_id, h.start, h.block_count, h.meta_width, ids, meta, buf)
+            return make_segment(&h, ids, meta, buf)
     ids = np.frombuffer(buf, dtype="<u8", count=h.block_count, offset=HEADER_SIZE)
     if not ids.flags.aligned:  # a buffer at an odd address: the kernels read aligned words
         ids = ids.copy()
     meta = np.frombuffer(buf, dtype=np.uint8, count=h.block_count * h.meta_width,
                          offset=HEADER_SIZE + 8 * h.block_count)
-    return Segment(h.segment_id, h.start, h.block_count, h.meta_width, ids,
-                   meta.reshape(h.block_count, h.meta_width), buf)
+    return make_segment(&h, ids, meta.reshape(h.block_count, h.meta_width), buf)
 
 
 cdef cnp.ndarray _readonly_view(object base, unsigned char* data, int nd, cnp.npy_intp* dims,
