@@ -260,7 +260,7 @@ class Index:
             older = [n for n, _ in snapshot.FILES.files(self.path)
                      if n < seq and n not in self.unusable_snapshots]
             self._remove_older_than(max(older, default=0))
-            self._count(snapshots=1)
+            self._count("snapshots")
             return {"path": str(path), "seq": seq, "bytes": nbytes, "entries": len(keys),
                     "refs": len(segs), "seconds": time.perf_counter() - t0}
 
@@ -387,7 +387,7 @@ class Index:
                 d.backfill_member(build, seg.segment_id, seg.block_ids, events)
             d.publish(build)
             self._unsnapshotted = True
-        self._count(backfills=1)
+        self._count("backfills")
         then(events)
 
     def _rematerialize(self, root: int, then: Callable[[Events], None],
@@ -401,7 +401,7 @@ class Index:
                 d.place(seg.segment_id, seg.block_ids, build, events)
             d.publish(build)
             self._unsnapshotted = True
-        self._count(rematerializations=1)
+        self._count("rematerializations")
         then(events)
 
     def _members(self, root: int, held: HeldSegments | None = None) -> list[Any]:
@@ -423,7 +423,7 @@ class Index:
             self.record_seq += 1
             self._journal.append(journal.Record(self.record_seq, self.segments.next_id,
                                                 new_blocks, np.array(segment_ids, np.uint64)))
-            self._count(indexed_blocks=new_blocks)  # in the same journal epoch
+            self._count("indexed_blocks", new_blocks)  # in the same journal epoch
 
     def _maybe_snapshot(self, inserted: bool) -> None:
         """Submit a snapshot when the schedule (``_every``) says one is due; without a
@@ -442,10 +442,9 @@ class Index:
         if due:
             self._worker.submit(self._snapshot)
 
-    def _count(self, **deltas: int) -> None:
+    def _count(self, name: str, n: int = 1) -> None:
         with self._counter_lock:
-            for name, d in deltas.items():
-                self.counters[name] += d
+            self.counters[name] += n
 
     def _window_lock(self, first_block: int) -> threading.Lock:
         """The insert lock of the window whose first block ID is ``first_block``."""

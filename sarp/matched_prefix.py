@@ -8,9 +8,9 @@ same segments (or per-block entries) a second time.
 The match also stops somewhere: inside a window, where the query diverges from what is
 stored. What it found there (the design's ``Tail``) is still the answer for that window when
 the insert's sequence starts with the whole matched query, no write has begun since the
-match started (``WriteClock``), and the match searched the window as the insert would (a
-design remembers no tail of a match under a tighter bound than its inserts'): then the
-insert takes it instead of reading the window again.
+match started (``WriteClock``, in sarp/_core/write_clock.pyx), and the match searched the
+window as the insert would (a design remembers no tail of a match under a tighter bound than
+its inserts'): then the insert takes it instead of reading the window again.
 
 The match may also leave the segments it read in the window where it stopped (a design's
 ``held``, for SARP ``sarp.segments.HeldSegments``): the next insert takes them, so that it and
@@ -28,38 +28,7 @@ from typing import Any
 import numpy as np
 
 from sarp._core.verify import common_prefix
-
-
-class WriteClock:
-    """Counts the writes that change what a match can find (begun and ended), so a thread can
-    tell that none began since it took a stamp, and that none was in flight then."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._begun = 0
-        self._ended = 0
-
-    def writing(self) -> WriteClock:
-        """Use as ``with clock.writing():`` around a write, from before its first store write
-        until it is registered."""
-        return self
-
-    def __enter__(self) -> None:
-        with self._lock:
-            self._begun += 1
-
-    def __exit__(self, *exc: object) -> None:
-        with self._lock:
-            self._ended += 1
-
-    def stamp(self) -> int | None:
-        """The writes begun so far, or None while one is in flight (nothing can be relied on)."""
-        with self._lock:
-            return self._begun if self._begun == self._ended else None
-
-    def unchanged(self, stamp: int | None) -> bool:
-        """Whether no write has begun since ``stamp`` was taken."""
-        return stamp is not None and self._begun == stamp
+from sarp._core.write_clock import WriteClock
 
 
 @dataclass(slots=True)

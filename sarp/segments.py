@@ -22,8 +22,8 @@ from sarp._core.segment_codec import (
     decode_segment,
     encode_segment,
 )
+from sarp._core.write_clock import WriteClock
 from sarp.errors import CorruptionError
-from sarp.matched_prefix import WriteClock
 
 if TYPE_CHECKING:
     from storage_backends import RecordStore

@@ -56,11 +56,16 @@ Value = bytes | bytearray | memoryview
 def check_pairs(pairs: object) -> list[tuple[int, bytes]]:
     """``pairs`` (an iterable of (key, value) pairs) as a list of checked pairs."""
     out = []
-    for pair in check_iterable(pairs, "pairs", "an iterable of (key, value) pairs", (Mapping,)):
+    if type(pairs) is not list:  # a list, as the index passes, needs no check
+        pairs = check_iterable(pairs, "pairs", "an iterable of (key, value) pairs", (Mapping,))
+    for pair in pairs:
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
             raise TypeError(f"pairs must hold (key, value) pairs, got {type(pair).__name__} "
                             f"{str(pair)[:40]}")
-        out.append((check_key(pair[0]), check_value(pair[1])))
+        key, value = pair
+        if type(key) is not int or not 0 <= key <= MAX_KEY:  # checked inline when it is one
+            key = check_key(key)
+        out.append((key, value if type(value) is bytes else check_value(value)))
     return out
 
 
