@@ -1,11 +1,22 @@
 # The packed-filter primitives and Algorithm 1's candidate selection, shared (cimported) by
-# filters.pyx and window.pyx. Everything works on raw pointers and runs without the GIL.
+# filters.pyx, window.pyx and routing_table.pyx. The primitives work on raw pointers and run
+# without the GIL; check_layout checks the filter layout the callers are given.
 
 from libc.stdint cimport uint64_t
 
 
 cdef extern from "xxh64.h" nogil:
     uint64_t sarp_xxh64_u64s(const uint64_t* v, size_t n, uint64_t seed)
+
+
+cdef inline int check_layout(int n_fields, int bits) except -1:
+    """ValueError unless a filter of ``n_fields`` fields of ``bits`` bits fills 64 bits (the
+    layout every kernel that packs or compares filters takes)."""
+    if bits < 1 or bits > 32:
+        raise ValueError(f"bits must be in 1..32, got {bits}")
+    if n_fields * bits != 64:
+        raise ValueError(f"n_fields * bits must be 64, got n_fields={n_fields}, bits={bits}")
+    return 0
 
 
 cdef inline uint64_t top_mask(int k, int bits) noexcept nogil:

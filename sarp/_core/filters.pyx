@@ -14,6 +14,7 @@ from sarp._core.aligned cimport check_aligned
 from sarp._core.filters cimport (
     Selection,
     best,
+    check_layout,
     exists,
     leading_fields,
     pack,
@@ -21,14 +22,6 @@ from sarp._core.filters cimport (
     selection_next,
     top_mask,
 )
-
-
-cdef int check_layout(int n_fields, int bits) except -1:
-    if bits < 1 or bits > 32:
-        raise ValueError(f"bits must be in 1..32, got {bits}")
-    if n_fields * bits != 64:
-        raise ValueError(f"n_fields * bits must be 64, got n_fields={n_fields}, bits={bits}")
-    return 0
 
 
 cdef inline const uint64_t* data(const uint64_t[::1] a) noexcept nogil:

@@ -26,7 +26,7 @@ from libc.math cimport sqrt
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 
 from sarp._core.aligned cimport check_aligned
-from sarp._core.filters cimport pack
+from sarp._core.filters cimport check_layout, pack
 
 cnp.import_array()
 
@@ -182,9 +182,9 @@ cdef class Points:
         if self._offsets.ndim != 1 or self._parents.shape[0] != n or self._refinable.shape[0] != n:
             raise ValueError(f"{n} offsets, {self._parents.shape[0]} parents and "
                              f"{self._refinable.shape[0]} refinable flags")
-        if bits < 1 or bits > 32 or n_fields * bits != 64 or stride < 1:
-            raise ValueError("n_fields * bits must be 64 with bits in 1..32 and stride "
-                             f"positive, got {n_fields}, {bits}, {stride}")
+        check_layout(n_fields, bits)
+        if stride < 1:
+            raise ValueError(f"stride must be positive, got {stride}")
         self.offsets_p = <const int64_t*>cnp.PyArray_DATA(self._offsets)
         self.parents_p = <const int64_t*>cnp.PyArray_DATA(self._parents)
         self.refinable_p = <const uint8_t*>cnp.PyArray_DATA(self._refinable)

@@ -37,7 +37,14 @@ import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int64_t, uint64_t
 
-from sarp._core.filters cimport Selection, pack, selection_init, selection_next
+from sarp._core.aligned cimport check_aligned
+from sarp._core.filters cimport (
+    Selection,
+    check_layout,
+    pack,
+    selection_init,
+    selection_next,
+)
 
 cnp.import_array()
 
@@ -47,8 +54,8 @@ COUNTERS = ("windows", "routing_probes", "candidates_before", "candidates_after"
 
 
 cdef cnp.ndarray u64_array(object x, str name):
-    """``x`` (no copy) if it is a 1-D C-contiguous aligned native uint64 ndarray, else
-    TypeError: the loop reads it through a ``uint64_t*``, which C requires to be aligned."""
+    """``x`` (no copy) if it is a 1-D C-contiguous native uint64 ndarray, else TypeError;
+    ValueError unless aligned: the loop reads it through a ``uint64_t*``."""
     if not cnp.PyArray_Check(x):
         raise TypeError(f"{name} must be a numpy uint64 array, got {type(x).__name__}")
     cdef cnp.ndarray a = <cnp.ndarray>x
@@ -57,9 +64,7 @@ cdef cnp.ndarray u64_array(object x, str name):
             and cnp.PyArray_IS_C_CONTIGUOUS(a)):
         raise TypeError(f"{name} must be a 1-D C-contiguous uint64 array, got dtype {a.dtype} "
                         f"and shape {(<object>a).shape}")
-    if not cnp.PyArray_ISALIGNED(a):
-        raise TypeError(f"{name} must be an aligned uint64 array (its data is not at a multiple "
-                        "of 8 bytes)")
+    check_aligned(cnp.PyArray_DATA(a), 8, name)
     return a
 
 
@@ -117,9 +122,7 @@ cdef class WindowMatcher:
         """``probe_offsets``: routing-point offsets within a window, deepest first;
         ``max_retrieval`` 0 means unbounded; ``unbounded_at(entry)``, if given, says where to
         lift it."""
-        if n_fields < 1 or bits < 1 or bits > 32 or n_fields * bits != 64:
-            raise ValueError(f"n_fields * bits must be 64 with bits in 1..32, got "
-                             f"n_fields={n_fields}, bits={bits}")
+        check_layout(n_fields, bits)
         if window_blocks < 1 or stride < 1 or max_retrieval < 0:
             raise ValueError("window_blocks and stride must be positive and max_retrieval "
                              f"non-negative, got {window_blocks}, {stride}, {max_retrieval}")

@@ -643,20 +643,30 @@ def test_points_filters_are_filters_at_each_point():
         assert pts.filters(ids).tolist() == want.tolist()
 
 
-@pytest.mark.parametrize("bad", ["offset", "parent", "lengths", "layout"])
-def test_points_out_of_range_raise(bad):
-    args: dict[str, Any] = dict(offsets=[0, 4], parents=[-1, 0], refinable=[1, 1], bits=8)
+@pytest.mark.parametrize("bad, message", [
+    ("offset", "offset 8"), ("parent", "parent 8"), ("lengths", "refinable flags"),
+    ("layout", "n_fields \\* bits must be 64"), ("bits", "bits must be in 1..32"),
+    ("stride", "stride must be positive"),
+])
+def test_points_out_of_range_raise(bad, message):
+    args: dict[str, Any] = dict(offsets=[0, 4], parents=[-1, 0], refinable=[1, 1], n_fields=8,
+                                bits=8, stride=2)
     if bad == "offset":
         args["offsets"] = [0, 8]
     elif bad == "parent":
         args["parents"] = [-1, 8]
     elif bad == "lengths":
         args["refinable"] = [1]
-    else:
+    elif bad == "layout":
         args["bits"] = 7
-    with pytest.raises(ValueError):
+    elif bad == "bits":
+        args["n_fields"], args["bits"] = 1, 64
+    else:
+        args["stride"] = 0
+    with pytest.raises(ValueError, match=message):
         rt.Points(8, args["offsets"], args["parents"], args["refinable"], pruning=True,
-                  threshold=3, refinement=True, tau=4, n_fields=8, bits=args["bits"], stride=2)
+                  threshold=3, refinement=True, tau=4, n_fields=args["n_fields"],
+                  bits=args["bits"], stride=args["stride"])
 
 
 @pytest.mark.parametrize("bad", ["ids", "filters", "dtype", "point", "prev", "root"])

@@ -241,7 +241,7 @@ def test_window_matcher_argument_errors():
     with pytest.raises(TypeError, match="q"):
         WindowMatcher(table, _absent, q[::2], 4, [0])
     odd = np.frombuffer(bytearray(8 * 4 + 1), np.uint64, count=4, offset=1)
-    with pytest.raises(TypeError, match="q must be an aligned"):
+    with pytest.raises(ValueError, match="q must be aligned"):
         WindowMatcher(table, _absent, odd, 4, [0])
     with pytest.raises(ValueError, match="n_fields"):
         WindowMatcher(table, _absent, q, 4, [0], n_fields=3)
@@ -261,5 +261,5 @@ def test_window_matcher_argument_errors():
     with pytest.raises(TypeError, match="block_ids"):
         m.match(0)
     m = WindowMatcher(Table({0: [(1, 0)]}), {1: Seg(1, 0, odd)}.get, q * 0, 4, [0])
-    with pytest.raises(TypeError, match="block_ids must be an aligned"):
+    with pytest.raises(ValueError, match="block_ids must be aligned"):
         m.match(0)
