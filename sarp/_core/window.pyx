@@ -38,13 +38,7 @@ cimport numpy as cnp
 from libc.stdint cimport int64_t, uint64_t
 
 from sarp._core.aligned cimport check_aligned
-from sarp._core.filters cimport (
-    Selection,
-    check_layout,
-    pack,
-    selection_init,
-    selection_next,
-)
+from sarp._core.filters cimport Selection, check_layout, pack, selection_init, selection_next
 
 cnp.import_array()
 
