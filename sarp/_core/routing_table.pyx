@@ -27,6 +27,7 @@ from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 
 from sarp._core.aligned cimport check_aligned
 from sarp._core.filters cimport check_layout, pack
+from sarp._core.u64_array cimport u64_array
 
 cnp.import_array()
 
@@ -210,17 +211,10 @@ cdef class Points:
         return out
 
     cdef cnp.ndarray checked(self, object x, str name, Py_ssize_t length):
-        """``x`` if it is a 1-D C-contiguous aligned native uint64 array of ``length``
-        (misaligned: ValueError, as from every kernel, sarp/_core/aligned.pxd)."""
-        if not cnp.PyArray_Check(x):
-            raise TypeError(f"{name} must be a numpy uint64 array, got {type(x).__name__}")
-        cdef cnp.ndarray a = <cnp.ndarray>x
-        if not (cnp.PyArray_TYPE(a) == cnp.NPY_UINT64 and cnp.PyArray_NDIM(a) == 1
-                and cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_ISNOTSWAPPED(a)):
-            raise TypeError(f"{name} must be a 1-D C-contiguous uint64 array")
+        """``x`` if it is a uint64 array the walk can read (``u64_array``) of ``length``."""
+        cdef cnp.ndarray a = u64_array(x, name)
         if cnp.PyArray_DIM(a, 0) != length:
             raise ValueError(f"{name} must hold {length} values, got {cnp.PyArray_DIM(a, 0)}")
-        check_aligned(cnp.PyArray_DATA(a), 8, name)
         return a
 
 

@@ -37,29 +37,14 @@ import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int64_t, uint64_t
 
-from sarp._core.aligned cimport check_aligned
 from sarp._core.filters cimport Selection, check_layout, pack, selection_init, selection_next
+from sarp._core.u64_array cimport u64_array
 
 cnp.import_array()
 
 #: the per-query counters, in the order ``WindowMatcher.stats`` reports them
 COUNTERS = ("windows", "routing_probes", "candidates_before", "candidates_after",
             "segments_retrieved", "blocks_verified", "segments_missing")
-
-
-cdef cnp.ndarray u64_array(object x, str name):
-    """``x`` (no copy) if it is a 1-D C-contiguous native uint64 ndarray, else TypeError;
-    ValueError unless aligned: the loop reads it through a ``uint64_t*``."""
-    if not cnp.PyArray_Check(x):
-        raise TypeError(f"{name} must be a numpy uint64 array, got {type(x).__name__}")
-    cdef cnp.ndarray a = <cnp.ndarray>x
-    if not (cnp.PyArray_ISUNSIGNED(a) and cnp.PyArray_ITEMSIZE(a) == 8
-            and cnp.PyArray_ISNOTSWAPPED(a) and cnp.PyArray_NDIM(a) == 1
-            and cnp.PyArray_IS_C_CONTIGUOUS(a)):
-        raise TypeError(f"{name} must be a 1-D C-contiguous uint64 array, got dtype {a.dtype} "
-                        f"and shape {(<object>a).shape}")
-    check_aligned(cnp.PyArray_DATA(a), 8, name)
-    return a
 
 
 cdef inline const uint64_t* u64_data(cnp.ndarray a) noexcept:
