@@ -31,7 +31,10 @@ SCAN_CHUNK = 1024
 
 
 def check_key(key: object, name: str = "key") -> int:
-    """Return ``key`` as an int in [0, 2**64), or raise naming the argument."""
+    """Return ``key`` as an int in [0, 2**64), or raise naming the argument (an int in range,
+    the common case on every store call, is taken at once)."""
+    if type(key) is int and 0 <= key <= MAX_KEY:
+        return key
     return check_int(key, name, 0, MAX_KEY)
 
 
@@ -62,10 +65,7 @@ def check_pairs(pairs: object) -> list[tuple[int, bytes]]:
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
             raise TypeError(f"pairs must hold (key, value) pairs, got {type(pair).__name__} "
                             f"{str(pair)[:40]}")
-        key, value = pair
-        if type(key) is not int or not 0 <= key <= MAX_KEY:  # checked inline when it is one
-            key = check_key(key)
-        out.append((key, value if type(value) is bytes else check_value(value)))
+        out.append((check_key(pair[0]), check_value(pair[1])))
     return out
 
 
