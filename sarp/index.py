@@ -181,7 +181,7 @@ class Index:
                 # Journaled before the segments become visible, under the directory lock
                 # (so no snapshot falls between): any insert that matches them and returns
                 # first syncs this record with its own (or a flush writes it).
-                self._journal_append([seg.segment_id for seg in segs], new_blocks)
+                self._journal_append(segs, new_blocks)
                 self._unsnapshotted = True
                 for seg in segs:
                     place(seg.segment_id, seg.block_ids, events=events)
@@ -416,13 +416,15 @@ class Index:
                                   f"from the store at {str(self.store.path)!r}")
         return segs
 
-    def _journal_append(self, segment_ids: list[int], new_blocks: int) -> None:
-        """Append the record of segments just stored, before they are placed (the caller
-        holds the directory lock, so records follow the order of placement)."""
+    def _journal_append(self, segs: list[Any], new_blocks: int) -> None:
+        """Append the record of segments just stored, with their block counts, before they
+        are placed (the caller holds the directory lock, so records follow the order of
+        placement)."""
         with self._journal_lock:
             self.record_seq += 1
-            self._journal.append(journal.Record(self.record_seq, self.segments.next_id,
-                                                new_blocks, np.array(segment_ids, np.uint64)))
+            self._journal.append(journal.Record(
+                self.record_seq, self.segments.next_id, new_blocks,
+                [seg.segment_id for seg in segs], [seg.block_count for seg in segs]))
             self._count("indexed_blocks", new_blocks)  # in the same journal epoch
 
     def _maybe_snapshot(self, inserted: bool) -> None:

@@ -6,9 +6,10 @@ insert appends one record per batch of segments it stores, after they are in the
 before they are placed in the routing directory; records are made durable by the next sync:
 before each insert returns under ``sync``, at ``flush()`` and close under ``group`` and
 ``none``. Each sync makes the segment store durable first, so that it proves the records it
-covers, segments too (format 5). Appended records are kept in memory and written at the next
-sync (a group commit), or once ``WRITE_BEHIND`` bytes wait, so an insert between durable
-points costs no system call.
+covers, segments too (format 5); each record names its segments' block counts, so that the
+proof covers their length (format 6). Appended records are kept in memory and written at the
+next sync (a group commit), or once ``WRITE_BEHIND`` bytes wait, so an insert between
+durable points costs no system call.
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from sarp._core.hashing import xxh64
 from sarp.errors import RecoveryError, SyncFailedError, WritesStoppedError
 from sarp.files import Numbered
@@ -27,17 +26,20 @@ from storage_backends.io import File, FileIO
 from storage_backends.write_stop import WriteStop
 
 MAGIC = b"SARPJRNL"
-VERSION = 5
+VERSION = 6
 # magic, version, flags (reserved before format 5), snapshot seq, the number of the record
 # appended before the first, the index id (sarp.json)
 FILE_HEADER = struct.Struct("<8sIIQQQ")
 _HEADER_BEFORE_IDS = struct.Struct("<8sIIQQ")  # the same without the index id
 #: the header of each version read: 3 lacks the index id; 2 also lacks the synced field of
 #: the records (its padding is 0 there); 4 has the header of 5, whose syncs also prove the
-#: segments of the records they cover durable (``PROVES_SEGMENTS``)
-HEADERS = {2: _HEADER_BEFORE_IDS, 3: _HEADER_BEFORE_IDS, 4: FILE_HEADER, VERSION: FILE_HEADER}
+#: segments of the records they cover durable (``PROVES_SEGMENTS``); 6 adds the block counts
+HEADERS = {2: _HEADER_BEFORE_IDS, 3: _HEADER_BEFORE_IDS, 4: FILE_HEADER, 5: FILE_HEADER,
+           VERSION: FILE_HEADER}
 #: the first version where every sync follows a durable flush of the segment store
 PROVES_SEGMENTS = 5
+#: the first version whose records name their segments' block counts
+HAS_COUNTS = 6
 #: header flag (format 5, in the field that was reserved): the journal before this one was
 #: synced whole, the store first, before this one was started (a snapshot's journal switch)
 PREVIOUS_SYNCED = 1
@@ -49,7 +51,6 @@ SYNCED_MAX = (1 << 32) - 1
 FILES = Numbered("journal-", ".log")
 #: appended record bytes held in memory before they are written without waiting for a sync
 WRITE_BEHIND = 64 << 10
-_LE_U64 = np.dtype("<u8")  # the segment ids' type on disk
 
 
 @dataclass
@@ -60,16 +61,38 @@ class Record:
     record_seq: int
     next_segment_id: int
     new_blocks: int
-    segment_ids: np.ndarray  # uint64
+    segment_ids: list[int]
+    #: the block count of each segment as the batch stored it; None in a record of a version
+    #: before ``HAS_COUNTS``
+    block_counts: list[int] | None = None
 
 
-def encode_record(r: Record, synced: int = 0) -> bytes:
-    """The on-disk bytes of ``r``: record header (length, XXH64 of the payload) and payload.
-    ``synced``: the bytes of the journal the last good sync covered (a multiple of 8)."""
-    ids = np.asarray(r.segment_ids, dtype=_LE_U64)
-    payload = PAYLOAD_HEADER.pack(r.record_seq, r.next_segment_id, r.new_blocks, len(ids),
-                                  min(synced // 8, SYNCED_MAX)) + ids.tobytes()
+def encode_record(r: Record, synced: int = 0, version: int = VERSION) -> bytes:
+    """The on-disk bytes of ``r`` in journal format ``version``: record header (length, XXH64
+    of the payload) and payload. ``synced``: the bytes of the journal the last good sync
+    covered (a multiple of 8)."""
+    n = len(r.segment_ids)
+    head = PAYLOAD_HEADER.pack(r.record_seq, r.next_segment_id, r.new_blocks, n,
+                               min(synced // 8, SYNCED_MAX))
+    if version < HAS_COUNTS:
+        payload = head + struct.pack(f"<{n}Q", *r.segment_ids)
+    elif r.block_counts is None or len(r.block_counts) != n:
+        raise ValueError("block_counts must name one count per segment id")
+    else:
+        payload = head + struct.pack(f"<{n}Q{n}I{_padding(n)}x", *r.segment_ids,
+                                     *r.block_counts)
     return RECORD_HEADER.pack(len(payload), 0, xxh64(payload)) + payload
+
+
+def _padding(count: int) -> int:
+    """The zero bytes that end a format-6 payload of ``count`` segments on an 8-byte boundary."""
+    return 4 * (count % 2)
+
+
+def _payload_length(count: int, version: int) -> int:
+    """The payload length of a record of ``count`` segments in journal format ``version``."""
+    extra = 4 * count + _padding(count) if version >= HAS_COUNTS else 0
+    return PAYLOAD_HEADER.size + 8 * count + extra
 
 
 class JournalWriter:
@@ -101,6 +124,8 @@ class JournalWriter:
             flags = PREVIOUS_SYNCED if previous_synced else 0
             io.publish(path, FILE_HEADER.pack(MAGIC, VERSION, flags, snapshot_seq, last_record,
                                               index_id))
+        #: the format the records are appended in: an existing file's own
+        self.version = VERSION if created else version_of(io, path)
         self._file: File = io.open(path, direct=False, create=False)
         self._offset = self._file.size()
         self._synced = self._offset  # where a failed sync cuts the file back to (``close``)
@@ -118,7 +143,7 @@ class JournalWriter:
     def append(self, record: Record) -> None:
         """Queue ``record`` in memory; written once ``WRITE_BEHIND`` bytes wait, durable at sync."""
         self.stop.check()
-        self._pending += encode_record(record, self._proven)
+        self._pending += encode_record(record, self._proven, self.version)
         self._appended_seq = record.record_seq
         if len(self._pending) >= WRITE_BEHIND:
             self.stop.run(self._write_pending)
@@ -186,10 +211,11 @@ class Replay:
     #: where each record starts, then where the last one ends
     offsets: list[int] = field(default_factory=list)
     #: how many records, from the first, a sync is known to have covered, their segments
-    #: durable first (format 5: up to the furthest synced field; 0 in earlier formats)
+    #: durable first (formats 5 and 6: up to the furthest synced field; 0 before)
     proven: int = 0
     #: whether its header says that the journal before it was synced whole, store first
     previous_synced: bool = False
+    version: int = VERSION  # its format version
 
 
 def read(io: FileIO, path: Path, last: bool, index_id: int | None = None) -> Replay:
@@ -221,15 +247,22 @@ def read(io: FileIO, path: Path, last: bool, index_id: int | None = None) -> Rep
     synced = max((s for _, s, _ in records), default=0)
     proven = sum(end <= synced for _, _, end in records) if version >= PROVES_SEGMENTS else 0
     return Replay([r for r, _, _ in records], after, size, torn, offsets, proven,
-                  bool(flags & PREVIOUS_SYNCED))
+                  bool(flags & PREVIOUS_SYNCED), version)
 
 
-def rewrite(io: FileIO, path: Path, start: int, records: list[Record]) -> None:
-    """Replace the records of journal ``path`` from offset ``start`` on by ``records``, at
-    once (a new file is published in its place). They name no synced bytes: they prove
-    nothing until a later sync of the file."""
+def rewrite(io: FileIO, path: Path, start: int, records: list[Record], version: int) -> None:
+    """Replace the records of journal ``path`` (of format ``version``) from offset ``start``
+    on by ``records``, at once (a new file is published in its place). They name no synced
+    bytes: they prove nothing until a later sync of the file."""
     head = bytes(io.read_whole(path, start))
-    io.publish(path, head + b"".join(encode_record(r) for r in records))
+    io.publish(path, head + b"".join(encode_record(r, 0, version) for r in records))
+
+
+def version_of(io: FileIO, path: Path) -> int:
+    """The format version of journal ``path``, its header checked as ``read`` does (any
+    index id)."""
+    return _header(bytes(io.read_whole(path, FILE_HEADER.size)), path.name, FILES.seq(path),
+                   None)[1]
 
 
 def last_record(io: FileIO, path: Path) -> int:
@@ -281,7 +314,7 @@ def _records(raw: bytes, name: str, version: int) -> Iterator[tuple[Record, int,
     """(record, its synced field in bytes, end offset) of each valid record until the first
     damaged or incomplete one.
 
-    Damage that a later valid record shows was synced (formats 3 to 5: its synced field
+    Damage that a later valid record shows was synced (formats 3 to 6: its synced field
     reaches past the damage; format 2: any later valid record) is not a torn tail: it raises
     RecoveryError.
     """
@@ -299,11 +332,14 @@ def _records(raw: bytes, name: str, version: int) -> Iterator[tuple[Record, int,
                     f"record follows); run `sarp rebuild` to rebuild from the segments")
             return
         seq, next_id, blocks, n, synced = PAYLOAD_HEADER.unpack_from(payload)
-        if length != PAYLOAD_HEADER.size + 8 * n:
+        pad = _padding(n) if version >= HAS_COUNTS else 0
+        if length != _payload_length(n, version) or any(payload[length - pad:]):
             raise RecoveryError(f"{name}: record at offset {off} has a bad segment count")
-        ids = np.frombuffer(payload, "<u8", n, PAYLOAD_HEADER.size)
+        ids = list(struct.unpack_from(f"<{n}Q", payload, PAYLOAD_HEADER.size))
+        counts = list(struct.unpack_from(f"<{n}I", payload, PAYLOAD_HEADER.size + 8 * n)) \
+            if version >= HAS_COUNTS else None
         off = start + length
-        yield Record(seq, next_id, blocks, ids), 8 * synced, off
+        yield Record(seq, next_id, blocks, ids, counts), 8 * synced, off
 
 
 def _synced_after(raw: bytes, pos: int) -> int | None:

@@ -31,10 +31,9 @@ def recover(index: Index) -> dict[str, Any]:
     root, io = index.path, index.io
     report: dict[str, Any] = dict(snapshot=None, snapshot_load_s=0.0, deserialize_s=0.0,
                                   rebuild_s=0.0, journal_replay_s=0.0, bytes_read=0,
-                                  journal_records=0, missing_segments=0, rewritten_records=0,
-                                  torn_tail_bytes=0,
-                                  rolled_forward=0, redone_builds=0, probed_segments=0,
-                                  faults=[])
+                                  journal_records=0, missing_segments=0, short_segments=0,
+                                  rewritten_records=0, torn_tail_bytes=0, rolled_forward=0,
+                                  redone_builds=0, probed_segments=0, faults=[])
     loaded = None
     for seq, path in snapshot.candidates(root):
         index.unusable_snapshots.add(seq)  # unless it loads (below)
@@ -115,6 +114,13 @@ def recover(index: Index) -> dict[str, Any]:
     return report
 
 
+def lost_text(lost: list[tuple[int, int, Any]]) -> str:
+    """``lost`` (segment id, block count written, the segment as stored or None) as text:
+    each id with both counts."""
+    return ", ".join(f"{sid} ({n} blocks, {'none' if seg is None else seg.block_count} stored)"
+                     for sid, n, seg in lost)
+
+
 def check_probes(index: Index, loaded: snapshot.Loaded, report: dict[str, Any]) -> None:
     """Check that the store holds the newest segment writes the snapshot names, each at least
     as long as it was; they were made durable before the snapshot was published.
@@ -130,13 +136,12 @@ def check_probes(index: Index, loaded: snapshot.Loaded, report: dict[str, Any]) 
         return
     ids = probes[:, 0].tolist()
     held = index.segments.read_many(ids)
-    lost = [f"{sid} ({n} blocks, {'none' if seg is None else seg.block_count} stored)"
-            for (sid, n), seg in zip(probes.tolist(), held, strict=True)
+    lost = [(sid, n, seg) for (sid, n), seg in zip(probes.tolist(), held, strict=True)
             if seg is None or seg.block_count < n]
     if lost:
         raise CorruptionError(
             f"{loaded.path.name}: the store at {str(index.store.path)!r} lacks segments the "
-            f"snapshot names as written and made durable before it: {', '.join(lost)}; the "
+            f"snapshot names as written and made durable before it: {lost_text(lost)}; the "
             "store lost acknowledged inserts; `sarp rebuild` rebuilds the index from the "
             "segments it holds")
     index.segments.note_stored(seg for seg in held if seg is not None)
@@ -147,40 +152,48 @@ def _replay_journal(index: Index, path: Path, replay: journal.Replay, proven: in
                     newest: bool, report: dict[str, Any]) -> None:
     """Re-register the segments that the records of one journal name.
 
-    A segment the store lacks was stored after the last sync that the journal proves (format
-    5: each sync makes the store durable first), by an insert never acknowledged; it is
-    counted in ``missing_segments``. Under one of the first ``proven`` records, it is a
-    segment the store lost: ``CorruptionError``, and nothing is changed. In the newest
-    journal, the records from the first that names such a segment on are written again, at
-    once, each naming the segments the store holds only (their numbers, allocator ids and
-    block counts kept): left as they were, the next sync would prove them.
+    A segment the store lacks, or holds with fewer blocks than its record names (format 6;
+    segments only grow), was stored after the last sync that the journal proves (format 5:
+    each sync makes the store durable first), by an insert never acknowledged; it is counted
+    in ``missing_segments`` or ``short_segments``. Under one of the first ``proven`` records,
+    the store lost it: ``CorruptionError``, and nothing is changed. In the newest journal,
+    the records from the first that names such a segment on are written again, at once,
+    each naming only the segments the store holds, at most at the length it holds (their
+    numbers, allocator ids and new block counts kept): left as they were, the next sync
+    would prove them.
     """
     rewritten: list[journal.Record] = []
     for k, rec in enumerate(replay.records):
         index.segments.advance_past(rec.next_segment_id - 1)
         index.counters["indexed_blocks"] += rec.new_blocks
-        ids = rec.segment_ids.tolist()
-        stored = [seg for seg in index.segments.read_many(ids) if seg is not None]
-        if len(stored) < len(ids) and k < proven:
-            have = {seg.segment_id for seg in stored}
+        ids = rec.segment_ids
+        counts = [0] * len(ids) if rec.block_counts is None else rec.block_counts
+        found = index.segments.read_many(ids)
+        lost = [(sid, n, seg) for sid, n, seg in zip(ids, counts, found, strict=True)
+                if seg is None or seg.block_count < n]
+        if lost and k < proven:
             raise CorruptionError(
-                f"{path.name}: record {rec.record_seq} names segments "
-                f"{[sid for sid in ids if sid not in have]} that the store at "
-                f"{str(index.store.path)!r} lacks, though a sync covered the record after its "
-                "segments were made durable: the store lost acknowledged inserts; `sarp "
-                "rebuild` rebuilds the index from the segments it holds")
+                f"{path.name}: record {rec.record_seq} names segments that the store at "
+                f"{str(index.store.path)!r} lacks or holds shorter: {lost_text(lost)}, though "
+                "a sync covered the record after its segments were made durable: the store "
+                "lost acknowledged inserts; `sarp rebuild` rebuilds the index from the "
+                "segments it holds")
+        stored = [seg for seg in found if seg is not None]
         report["journal_records"] += 1
         report["missing_segments"] += len(ids) - len(stored)
-        if newest and (rewritten or len(stored) < len(ids)):
+        report["short_segments"] += len(lost) - (len(ids) - len(stored))
+        if newest and (rewritten or lost):
             rewritten.append(journal.Record(
                 rec.record_seq, rec.next_segment_id, rec.new_blocks,
-                np.array([seg.segment_id for seg in stored], dtype=np.uint64)))
+                [seg.segment_id for seg in stored],
+                [min(n, seg.block_count) for n, seg in zip(counts, found, strict=True)
+                 if seg is not None]))
         index.segments.note_stored(stored)
         for seg in stored:
             index._run_inline(index.directory.place(seg.segment_id, seg.block_ids))
     if rewritten:
         journal.rewrite(index.io, path, replay.offsets[len(replay.records) - len(rewritten)],
-                        rewritten)
+                        rewritten, replay.version)
         report["rewritten_records"] = len(rewritten)
 
 
@@ -208,7 +221,7 @@ def roll_forward(index: Index, report: dict[str, Any]) -> None:
     while (seg := segs.read(segs.next_id)) is not None:
         segs.advance_past(seg.segment_id)
         segs.note_stored([seg])
-        index._journal_append([seg.segment_id], seg.block_count)
+        index._journal_append([seg], seg.block_count)
         index._run_inline(index.directory.place(seg.segment_id, seg.block_ids))
         report["rolled_forward"] += 1
     if index.store.durability == "sync":  # in the other modes the journal's sync does it

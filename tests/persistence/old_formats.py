@@ -1,6 +1,6 @@
 """An index directory rewritten as the formats before index ids wrote it (sarp.json format 2,
-snapshot version 2, journal version 3 or 2), and snapshots as the versions before store
-probes, for the tests that read those formats."""
+snapshot version 2, journal version 3 or 2), snapshots as the versions before store probes,
+and journals as the versions before block counts, for the tests that read those formats."""
 
 from __future__ import annotations
 
@@ -18,9 +18,8 @@ SYNCED_AT = journal.PAYLOAD_HEADER.size - 4
 
 
 def downgrade(path: Path, journal_version: int = 3) -> None:
-    """Rewrite the index at ``path`` in the formats without an index id. Journal records keep
-    their synced fields, moved with the shorter header (version 3), or lose them (version 2);
-    the bytes from a record that fails its checksum on are kept as they are."""
+    """Rewrite the index at ``path`` in the formats without an index id, its journals in
+    ``journal_version`` (``journal_as_version``)."""
     cfg_file = path / "sarp.json"
     cfg = json.loads(cfg_file.read_text())["config"]
     checksum = f"{xxh64(json.dumps(cfg, sort_keys=True).encode()):016x}"
@@ -29,22 +28,36 @@ def downgrade(path: Path, journal_version: int = 3) -> None:
     for _, p in snapshot.candidates(path):
         p.write_bytes(snapshot_as_version(p.read_bytes(), 2))
     for _, p in journal.files(path):
-        raw = p.read_bytes()
-        out = bytearray(raw[:32])
-        struct.pack_into("<II", out, 8, journal_version, 0)  # flags came with version 5
-        off = journal.FILE_HEADER.size
-        while off + journal.RECORD_HEADER.size <= len(raw):
-            length, reserved, digest = journal.RECORD_HEADER.unpack_from(raw, off)
-            start = off + journal.RECORD_HEADER.size
-            payload = bytearray(raw[start:start + length])
-            if len(payload) != length or xxh64(bytes(payload)) != digest:
-                break
-            synced = struct.unpack_from("<I", payload, SYNCED_AT)[0]
-            struct.pack_into("<I", payload, SYNCED_AT,
-                             0 if journal_version == 2 else synced - ID_BYTES // 8)
-            out += journal.RECORD_HEADER.pack(length, reserved, xxh64(bytes(payload))) + payload
-            off = start + length
-        p.write_bytes(bytes(out + raw[off:]))
+        journal_as_version(p, journal_version)
+
+
+def journal_as_version(path: Path, version: int) -> None:
+    """Rewrite journal ``path`` (the current format) in format ``version``, 2 to 5: records
+    without block counts (before 6), a header without flags (before 5) and without the index
+    id (before 4). The synced fields name the same records' ends in the shorter file (version
+    2: none, its padding is 0); the bytes from a record that fails its checksum on are kept
+    as they are."""
+    raw = path.read_bytes()
+    out = bytearray(raw[:journal.HEADERS[version].size])
+    flags = struct.unpack_from("<I", raw, 12)[0] if version >= 5 else 0
+    struct.pack_into("<II", out, 8, version, flags)
+    off = journal.FILE_HEADER.size
+    moved = {off: len(out), 0: 0}  # where each record end of the file went
+    while off + journal.RECORD_HEADER.size <= len(raw):
+        length, reserved, digest = journal.RECORD_HEADER.unpack_from(raw, off)
+        start = off + journal.RECORD_HEADER.size
+        payload = bytearray(raw[start:start + length])
+        if len(payload) != length or xxh64(bytes(payload)) != digest:
+            break
+        count, synced = struct.unpack_from("<II", payload, SYNCED_AT - 4)
+        del payload[journal.PAYLOAD_HEADER.size + 8 * count:]
+        struct.pack_into("<I", payload, SYNCED_AT,
+                         0 if version == 2 else moved[8 * synced] // 8)
+        out += journal.RECORD_HEADER.pack(len(payload), reserved, xxh64(bytes(payload)))
+        out += payload
+        off = start + length
+        moved[off] = len(out)
+    path.write_bytes(bytes(out + raw[off:]))
 
 
 def snapshot_as_version(raw: bytes, version: int) -> bytes:
@@ -56,11 +69,3 @@ def snapshot_as_version(raw: bytes, version: int) -> bytes:
         del body[32:32 + ID_BYTES]
     struct.pack_into("<II", body, 8, version, snapshot.HEADERS[version].size)
     return bytes(body) + struct.pack("<Q", xxh64(bytes(body)))
-
-
-def set_journal_version(path: Path, version: int) -> None:
-    """Give journal ``path`` another format version of the same layout (4 and 5 differ only
-    in what their syncs prove, and in the header's flags, which 4 lacks)."""
-    raw = bytearray(path.read_bytes())
-    struct.pack_into("<II", raw, 8, version, 0)
-    path.write_bytes(bytes(raw))

@@ -206,7 +206,7 @@ def test_a_journal_write_that_fails_at_close_keeps_the_file_and_a_later_close_wr
     path = tmp_path / journal.FILES.name(0)
     writer = journal.JournalWriter(io, path, 0, 0, index_id=7)
     for seq in (1, 2):
-        writer.append(journal.Record(seq, seq, 1, np.array([seq - 1], np.uint64)))
+        writer.append(journal.Record(seq, seq, 1, [seq - 1], [1]))
         if seq == 1:
             writer.sync()
     real = io._pwrite

@@ -9,7 +9,6 @@ import errno
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 import sarp
@@ -38,7 +37,7 @@ def test_a_rebuild_stopped_before_its_snapshot_leaves_an_index_that_opens(
     last = journal.read(FileIO(), jpath, last=True).records[-1]
     writer = journal.JournalWriter(FileIO(), jpath, seq, last.record_seq, index_id=0)
     writer.append(journal.Record(last.record_seq + 1, last.next_segment_id + 1, 3,
-                                 np.array([last.next_segment_id], np.uint64)))
+                                 [last.next_segment_id], [3]))
     writer.close()  # a reopened writer's records name no sync: unproven
 
     def full_disk(*args: object, **kwargs: object) -> None:
