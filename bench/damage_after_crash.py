@@ -31,6 +31,7 @@ from tests.persistence.test_random_damage import REOPEN, Cut, cut_and_damage  # 
 #: what a refusal names, by the check that made it
 CHECKS = {"lacks segments the snapshot names": "the snapshot's store probes",
           "had been synced": "odirect's synced lag",
+          "at the last checkpoint (copy": "odirect's checkpoint bits",
           "names segments": "the journal's synced records"}
 
 

@@ -87,6 +87,9 @@ MAX_VALUE_SIZE = 1 << 26
 #: slots written since the last sync, at most: past it a write syncs (bounds their memory)
 UNSYNCED_LIMIT = 1 << 16
 
+#: the newest-copy bits of the last checkpoint, loaded after a crash (dense keys): the regions
+#: DIRTY names as written since, COPIES's next sequence number, its slot count and its bits
+_Checkpoint = tuple[set[int], int, int, bytes]
 #: a parsed copy of a slot: (state, seq, flags, key, length, synced)
 _State = tuple[int, int, int, int, int, int]
 #: ``parse_slots``' arrays, each (slots, 2): state, seq, flags, key, length, offset in the
@@ -159,9 +162,9 @@ class ODirectStore(RecordStore):
         self._region = max(1, SCAN_BYTES // self._extent_bytes) * self._extent
         repair = not clean or self._SALVAGING
         saved = not repair and self._load_copies()
-        regions = self._load_checkpoint() if repair and not self._SALVAGING else None
-        if regions is not None:
-            self._load_slots(repair=True, regions=regions)
+        checkpoint = self._load_checkpoint() if repair and not self._SALVAGING else None
+        if checkpoint is not None:
+            self._load_slots(repair=True, checkpoint=checkpoint)
         elif not saved or self._sparse:
             self._load_slots(repair=repair, saved=bytes(self._newer) if saved else None)
         #: every version numbered below it is durable, as each version records
@@ -264,13 +267,13 @@ class ODirectStore(RecordStore):
         payload = _COPIES.pack(self._next_seq, self._nslots, self._data.size()) + bits
         write_superblock(self._io, self.path / "COPIES", COPIES_MAGIC, payload)
 
-    def _load_checkpoint(self) -> set[int] | None:
+    def _load_checkpoint(self) -> _Checkpoint | None:
         """After a crash (dense keys): load the newest-copy bits of the last checkpoint and
-        return the regions written since, which DIRTY names (a slot past the checkpoint's bits
-        and in no such region was never written). None without a usable checkpoint (missing,
-        damaged, of another region size, or not of one checkpoint): the caller then scans
-        every slot. A slot file shorter than at the checkpoint is corruption, as after a clean
-        close."""
+        return it with the regions written since, which DIRTY names (a slot past the
+        checkpoint's bits and in no such region was never written). None without a usable
+        checkpoint (missing, damaged, of another region size, or not of one checkpoint): the
+        caller then scans every slot. A slot file shorter than at the checkpoint is
+        corruption, as after a clean close."""
         if self._sparse:
             return None
         try:
@@ -288,7 +291,7 @@ class ODirectStore(RecordStore):
         self._check_not_cut(size, "the last checkpoint")
         self._newer = bytearray(bits)
         self._next_seq = max(self._next_seq, seq)
-        return set(np.frombuffer(dirty, "<u8", count, _DIRTY.size).tolist())
+        return set(np.frombuffer(dirty, "<u8", count, _DIRTY.size).tolist()), seq, slots, bits
 
     def _write_dirty(self, regions: set[int]) -> None:
         """Durably name ``regions`` in DIRTY as written since the checkpoint whose COPIES has
@@ -511,10 +514,11 @@ class ODirectStore(RecordStore):
                  int(length[i, c]), int(synced[i, c])) for c in (0, 1)]
 
     def _load_slots(self, repair: bool, saved: bytes | None = None,
-                    regions: set[int] | None = None) -> None:
+                    checkpoint: _Checkpoint | None = None) -> None:
         """Rebuild the newest-copy bits, the next sequence number and (sparse) the slot table
-        and free list from every slot, or (dense) from the slots of ``regions`` over the bits
-        of a checkpoint; after a crash, clear the copies torn writes left, and sync.
+        and free list from every slot, or (dense) from the slots of the regions written since
+        ``checkpoint``, over its bits; after a crash, clear the copies torn writes left, and
+        sync.
         ``saved``: the bits of the clean close just before (sparse mode), whose copies must
         pass their checks. Each chunk's versions are checked by ``parse_slots`` and
         picked here by array operations; only the slots that need it are visited one by one.
@@ -523,7 +527,9 @@ class ODirectStore(RecordStore):
         its header names a sequence number above the slot's other copy's (it was the slot's
         newest) that the store had synced, as the versions written later record: that is a
         version damaged after it was acknowledged, and the open raises ``CorruptionError``
-        before it changes anything (``_damaged``).
+        before it changes anything (``_damaged``); so is a slot whose newest copy at the
+        ``checkpoint`` no longer passes its checks where nothing was written into the slot
+        since (``_check_checkpoint``).
 
         Sparse keys: a crash can leave one key in two slots (a delete, its slot taken by
         another key and the key put again, of which only the last write reached the device).
@@ -533,12 +539,15 @@ class ODirectStore(RecordStore):
         torn: list[tuple[int, int, int, int]] = []  # (slot, copy, its seq, the other's): bad
         newest: dict[int, tuple[int, int, int]] = {}  # key -> (seq, slot, flags) of its newest
         synced = 0  # the versions below it were durable, as the valid versions record
+        regions = None if checkpoint is None else checkpoint[0]
         if regions is None:
             self._newer = bytearray(-(-self._nslots // 8))
         for first, _, parsed in self._chunks(regions):
             state, seq, flags, key = parsed[:4]
             if saved is not None:
                 self._check_saved(parsed, first, saved)
+            if checkpoint is not None:
+                self._check_checkpoint(parsed, first, checkpoint)
             valid = state == VALID
             one = valid[:, 1] & (~valid[:, 0] | (seq[:, 1] > seq[:, 0]))  # copy 1 is newest
             found = valid.any(axis=1)
@@ -628,6 +637,37 @@ class ODirectStore(RecordStore):
                     f"fails its checks, though every version below {synced} had been synced: "
                     "damage after it was acknowledged, not a write torn by the crash; "
                     f"{SALVAGE_HINT}")
+
+    @staticmethod
+    def _check_checkpoint(parsed: _Parsed, first: int, checkpoint: _Checkpoint) -> None:
+        """After a crash, raise ``CorruptionError`` for the first slot of the chunk that the
+        checkpoint's bits name a copy of, that copy now empty or failing its checks, while
+        the slot's other copy is empty or holds a version numbered below the checkpoint.
+
+        Every version below the checkpoint was durable, and the bits named each slot's
+        newest. A write after it goes to the other copy first (numbered at or past the
+        checkpoint), and the named copy is written again only after that one: so where the
+        other copy shows no version since, nothing was written into the named copy since
+        either, and no crash or failed write can have changed it. Its version was lost after
+        it was synced: damage, which the scan would otherwise take for a torn write or an
+        empty copy and serve the older version, or none, in its place. A slot with bit 0 and
+        both copies empty was never written (its bit names no copy)."""
+        _, cp_seq, cp_slots, bits = checkpoint
+        state, seq = parsed[0], parsed[1]
+        count = min(len(state), cp_slots - first)
+        if count <= 0:
+            return
+        rows = np.arange(count)
+        named = _bits(bits, first, count)
+        mine, other = state[rows, named], state[rows, 1 - named]
+        untouched = (other == EMPTY) | ((other == VALID) & (seq[rows, 1 - named] < cp_seq))
+        never = (named == 0) & (mine == EMPTY) & (other == EMPTY)
+        for i in np.flatnonzero((mine != VALID) & untouched & ~never)[:1].tolist():
+            what = "reads as empty" if mine[i] == EMPTY else "fails its checks"
+            raise CorruptionError(
+                f"slots.dat: slot {first + i}: its newest version at the last checkpoint "
+                f"(copy {named[i]}) {what}, and no version was written into the slot since: "
+                f"damage after it was synced, not a write torn by the crash; {SALVAGE_HINT}")
 
     def _check_saved(self, parsed: _Parsed, first: int, saved: bytes) -> None:
         """Raise ``_served``'s CorruptionError for the first slot of the chunk whose copy

@@ -181,6 +181,63 @@ def test_damage_outside_the_named_regions_is_found_by_the_read_not_served_older(
         assert s3.get_many([7, 5 * K]) == [b"o" * 1000 + b"OLD", b"after"]
 
 
+@pytest.mark.parametrize("damage", ["zeroed sector", "flipped byte"])
+@pytest.mark.parametrize("slot, copy", [(3, 1), (5, 0)])
+def test_a_newest_copy_lost_since_the_checkpoint_is_corruption_after_a_crash(
+        tmp_path: Path, damage: str, slot: int, copy: int) -> None:
+    """In a region written since the checkpoint, the copy the checkpoint's bits name for a
+    slot that nothing was written into since is damaged: slot 3's only version (copy 1, the
+    other copy empty) or slot 5's newest (copy 0; copy 1 holds an older version). The scan
+    after a crash cannot take it for a torn write: the open raises CorruptionError, where it
+    would serve the older version or none. Salvage then does serve it."""
+    path = tmp_path / "s"
+    io = PowerLossIO(0)
+    s = _dense(path, io)
+    s.put_many([(3, b"only"), (5, b"older")])
+    s.flush()
+    s.put(5, b"newer")
+    s.close()  # a clean close, and the next open checkpoints: slots 3 and 5 in its bits
+    s = _dense(path, io)
+    s.put(9, b"since")  # region 0 named again: the open after the crash scans it
+    s.flush()
+    io.crash("drop")
+    at = (copy * K + slot) * VERSION  # copy c of slot s of extent 0
+    if damage == "zeroed sector":
+        with open(path / "slots.dat", "r+b") as fh:
+            fh.seek(at)
+            fh.write(bytes(512))
+    else:
+        _flip(path / "slots.dat", at + 30)  # in the value: the copy fails its checks
+    what = "reads as empty" if damage == "zeroed sector" else "fails its checks"
+    with pytest.raises(CorruptionError, match=rf"slot {slot}: its newest version at the last "
+                                              rf"checkpoint \(copy {copy}\) {what}"):
+        _dense(path)
+    salvage(path)
+    with _dense(path) as s2:
+        assert s2.get_many([3, 5, 9]) == [None if slot == 3 else b"only",
+                                          b"older" if slot == 5 else b"newer", b"since"]
+
+
+def test_a_slot_first_written_since_the_checkpoint_may_lose_an_unsynced_write(
+        tmp_path: Path) -> None:
+    """The check leaves torn writes alone: a slot the checkpoint names no copy of, whose
+    first write the crash dropped, and a slot rewritten since (its other copy numbered past
+    the checkpoint), whose unsynced rewrite the crash tore, both open."""
+    path = tmp_path / "s"
+    io = PowerLossIO(0)
+    s = _dense(path, io)
+    s.put(4, b"kept")
+    s.close()
+    s = _dense(path, io)
+    s.put(4, b"synced since")
+    s.flush()
+    s.put_many([(4, b"torn" * 300), (6, b"never synced")])
+    io.crash("tear")
+    with _dense(path) as s2:
+        assert s2.get(4) in (b"synced since", b"torn" * 300)
+        assert s2.get(6) in (None, b"never synced")
+
+
 def test_a_slot_file_cut_below_the_checkpoint_is_corruption_after_a_crash(
         tmp_path: Path) -> None:
     path = tmp_path / "s"
