@@ -14,6 +14,7 @@ durable points costs no system call.
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -72,27 +73,28 @@ def encode_record(r: Record, synced: int = 0, version: int = VERSION) -> bytes:
     of the payload) and payload. ``synced``: the bytes of the journal the last good sync
     covered (a multiple of 8)."""
     n = len(r.segment_ids)
-    head = PAYLOAD_HEADER.pack(r.record_seq, r.next_segment_id, r.new_blocks, n,
-                               min(synced // 8, SYNCED_MAX))
-    if version < HAS_COUNTS:
-        payload = head + struct.pack(f"<{n}Q", *r.segment_ids)
-    elif r.block_counts is None or len(r.block_counts) != n:
-        raise ValueError("block_counts must name one count per segment id")
-    else:
-        payload = head + struct.pack(f"<{n}Q{n}I{_padding(n)}x", *r.segment_ids,
-                                     *r.block_counts)
+    counts: list[int] = []
+    if version >= HAS_COUNTS:
+        if r.block_counts is None or len(r.block_counts) != n:
+            raise ValueError("block_counts must name one count per segment id")
+        counts = r.block_counts
+    payload = PAYLOAD_HEADER.pack(r.record_seq, r.next_segment_id, r.new_blocks, n,
+                                  min(synced // 8, SYNCED_MAX))
+    payload += _body(n, version).pack(*r.segment_ids, *counts)
     return RECORD_HEADER.pack(len(payload), 0, xxh64(payload)) + payload
 
 
-def _padding(count: int) -> int:
-    """The zero bytes that end a format-6 payload of ``count`` segments on an 8-byte boundary."""
-    return 4 * (count % 2)
+def _padding(count: int, version: int) -> int:
+    """The zero bytes that end a payload of ``count`` segments on an 8-byte boundary."""
+    return 4 * (count % 2) if version >= HAS_COUNTS else 0
 
 
-def _payload_length(count: int, version: int) -> int:
-    """The payload length of a record of ``count`` segments in journal format ``version``."""
-    extra = 4 * count + _padding(count) if version >= HAS_COUNTS else 0
-    return PAYLOAD_HEADER.size + 8 * count + extra
+@functools.lru_cache(maxsize=256)
+def _body(count: int, version: int) -> struct.Struct:
+    """The layout of a record's payload after its header, for ``count`` segments in journal
+    format ``version``: the segment ids, then (format 6) their block counts and padding."""
+    counts = f"{count}I" if version >= HAS_COUNTS else ""
+    return struct.Struct(f"<{count}Q{counts}{_padding(count, version)}x")
 
 
 class JournalWriter:
@@ -332,12 +334,12 @@ def _records(raw: bytes, name: str, version: int) -> Iterator[tuple[Record, int,
                     f"record follows); run `sarp rebuild` to rebuild from the segments")
             return
         seq, next_id, blocks, n, synced = PAYLOAD_HEADER.unpack_from(payload)
-        pad = _padding(n) if version >= HAS_COUNTS else 0
-        if length != _payload_length(n, version) or any(payload[length - pad:]):
+        body = _body(n, version) if 8 * n <= length else None  # each id takes 8 bytes
+        if (body is None or length != PAYLOAD_HEADER.size + body.size
+                or any(payload[length - _padding(n, version):])):
             raise RecoveryError(f"{name}: record at offset {off} has a bad segment count")
-        ids = list(struct.unpack_from(f"<{n}Q", payload, PAYLOAD_HEADER.size))
-        counts = list(struct.unpack_from(f"<{n}I", payload, PAYLOAD_HEADER.size + 8 * n)) \
-            if version >= HAS_COUNTS else None
+        fields = body.unpack_from(payload, PAYLOAD_HEADER.size)
+        ids, counts = list(fields[:n]), list(fields[n:]) if version >= HAS_COUNTS else None
         off = start + length
         yield Record(seq, next_id, blocks, ids, counts), 8 * synced, off
 

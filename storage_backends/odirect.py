@@ -22,7 +22,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -87,9 +87,16 @@ MAX_VALUE_SIZE = 1 << 26
 #: slots written since the last sync, at most: past it a write syncs (bounds their memory)
 UNSYNCED_LIMIT = 1 << 16
 
-#: the newest-copy bits of the last checkpoint, loaded after a crash (dense keys): the regions
-#: DIRTY names as written since, COPIES's next sequence number, its slot count and its bits
-_Checkpoint = tuple[set[int], int, int, bytes]
+
+class _Checkpoint(NamedTuple):
+    """The last checkpoint, loaded by an open after a crash (dense keys)."""
+
+    regions: set[int]  # the regions DIRTY names as written since
+    seq: int  # COPIES's next sequence number: every version below it was durable
+    slots: int  # the slots COPIES's bits cover
+    bits: bytes  # the newest-copy bits
+
+
 #: a parsed copy of a slot: (state, seq, flags, key, length, synced)
 _State = tuple[int, int, int, int, int, int]
 #: ``parse_slots``' arrays, each (slots, 2): state, seq, flags, key, length, offset in the
@@ -291,7 +298,8 @@ class ODirectStore(RecordStore):
         self._check_not_cut(size, "the last checkpoint")
         self._newer = bytearray(bits)
         self._next_seq = max(self._next_seq, seq)
-        return set(np.frombuffer(dirty, "<u8", count, _DIRTY.size).tolist()), seq, slots, bits
+        return _Checkpoint(set(np.frombuffer(dirty, "<u8", count, _DIRTY.size).tolist()), seq,
+                           slots, bits)
 
     def _write_dirty(self, regions: set[int]) -> None:
         """Durably name ``regions`` in DIRTY as written since the checkpoint whose COPIES has
@@ -539,7 +547,7 @@ class ODirectStore(RecordStore):
         torn: list[tuple[int, int, int, int]] = []  # (slot, copy, its seq, the other's): bad
         newest: dict[int, tuple[int, int, int]] = {}  # key -> (seq, slot, flags) of its newest
         synced = 0  # the versions below it were durable, as the valid versions record
-        regions = None if checkpoint is None else checkpoint[0]
+        regions = None if checkpoint is None else checkpoint.regions
         if regions is None:
             self._newer = bytearray(-(-self._nslots // 8))
         for first, _, parsed in self._chunks(regions):
@@ -652,15 +660,15 @@ class ODirectStore(RecordStore):
         it was synced: damage, which the scan would otherwise take for a torn write or an
         empty copy and serve the older version, or none, in its place. A slot with bit 0 and
         both copies empty was never written (its bit names no copy)."""
-        _, cp_seq, cp_slots, bits = checkpoint
         state, seq = parsed[0], parsed[1]
-        count = min(len(state), cp_slots - first)
+        count = min(len(state), checkpoint.slots - first)
         if count <= 0:
             return
         rows = np.arange(count)
-        named = _bits(bits, first, count)
+        named = _bits(checkpoint.bits, first, count)
         mine, other = state[rows, named], state[rows, 1 - named]
-        untouched = (other == EMPTY) | ((other == VALID) & (seq[rows, 1 - named] < cp_seq))
+        older = seq[rows, 1 - named] < checkpoint.seq
+        untouched = (other == EMPTY) | ((other == VALID) & older)
         never = (named == 0) & (mine == EMPTY) & (other == EMPTY)
         for i in np.flatnonzero((mine != VALID) & untouched & ~never)[:1].tolist():
             what = "reads as empty" if mine[i] == EMPTY else "fails its checks"

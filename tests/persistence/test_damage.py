@@ -510,10 +510,13 @@ def test_a_damaged_store_kind_marker_is_corruption(tmp_path):
     ("short", "shorter than a journal header"),
     ("version", "not a journal of format version"),
     ("count", "has a bad segment count"),
+    ("huge count", "has a bad segment count"),
+    ("padding", "has a bad segment count"),
 ])
 def test_a_damaged_journal_is_refused_naming_file_and_fault(tmp_path, damage, fault):
     """A journal that is not one (cut inside its header, another format version) or holds a
-    checksummed record whose segment count disagrees with its length is never replayed."""
+    checksummed record whose segment count disagrees with its length, or whose padding is
+    not zero, is never replayed."""
     path = tmp_path / "i"
     build(path, 0, 12, snapshots_at={5})
     jpath = journal.files(path)[-1][1]
@@ -522,13 +525,16 @@ def test_a_damaged_journal_is_refused_naming_file_and_fault(tmp_path, damage, fa
         jpath.write_bytes(raw[:journal.FILE_HEADER.size - 1])
     elif damage == "version":
         jpath.write_bytes(raw[:8] + struct.pack("<I", journal.VERSION + 1) + raw[12:])
-    else:  # the first record, one segment id longer in its count, checksum made good
+    else:  # the first record (an odd count: 4 bytes of padding), checksum made good
         off = journal.FILE_HEADER.size
         length, _, _ = journal.RECORD_HEADER.unpack_from(raw, off)
         start = off + journal.RECORD_HEADER.size
         payload = bytearray(raw[start:start + length])
         seq, next_id, blocks, n, synced = journal.PAYLOAD_HEADER.unpack_from(payload)
-        journal.PAYLOAD_HEADER.pack_into(payload, 0, seq, next_id, blocks, n + 1, synced)
+        assert n % 2 == 1 and payload[-4:] == bytes(4)
+        n = {"count": n + 1, "huge count": (1 << 32) - 1, "padding": n}[damage]
+        journal.PAYLOAD_HEADER.pack_into(payload, 0, seq, next_id, blocks, n, synced)
+        payload[-1] |= damage == "padding"
         head = journal.RECORD_HEADER.pack(length, 0, xxh64(bytes(payload)))
         jpath.write_bytes(raw[:off] + head + bytes(payload) + raw[start + length:])
     with pytest.raises(RecoveryError, match=f"{jpath.name}: .*{fault}"):
