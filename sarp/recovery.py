@@ -179,9 +179,10 @@ def _replay_journal(index: Index, path: Path, replay: journal.Replay, proven: in
                 "lost acknowledged inserts; `sarp rebuild` rebuilds the index from the "
                 "segments it holds")
         stored = [seg for seg in found if seg is not None]
+        missing = len(ids) - len(stored)
         report["journal_records"] += 1
-        report["missing_segments"] += len(ids) - len(stored)
-        report["short_segments"] += len(lost) - (len(ids) - len(stored))
+        report["missing_segments"] += missing
+        report["short_segments"] += len(lost) - missing  # the others held, but shorter
         if newest and (rewritten or lost):
             rewritten.append(journal.Record(
                 rec.record_seq, rec.next_segment_id, rec.new_blocks,

@@ -88,6 +88,14 @@ MAX_VALUE_SIZE = 1 << 26
 UNSYNCED_LIMIT = 1 << 16
 
 
+def _unserved(state: npt.NDArray[Any], named: npt.NDArray[np.intp]) -> npt.NDArray[np.bool_]:
+    """Of the slots whose copies parsed as ``state`` (slots, 2), those whose copy ``named``
+    is not what a get serves: it fails its checks or reads as empty, unless the slot was
+    never written (bit 0, both copies empty)."""
+    never = (named == 0) & (state == EMPTY).all(axis=1)
+    return (state[np.arange(len(state)), named] != VALID) & ~never
+
+
 class _Checkpoint(NamedTuple):
     """The last checkpoint, loaded by an open after a crash (dense keys)."""
 
@@ -660,18 +668,15 @@ class ODirectStore(RecordStore):
         it was synced: damage, which the scan would otherwise take for a torn write or an
         empty copy and serve the older version, or none, in its place. A slot with bit 0 and
         both copies empty was never written (its bit names no copy)."""
-        state, seq = parsed[0], parsed[1]
-        count = min(len(state), checkpoint.slots - first)
-        if count <= 0:
-            return
-        rows = np.arange(count)
-        named = _bits(checkpoint.bits, first, count)
-        mine, other = state[rows, named], state[rows, 1 - named]
+        count = max(0, checkpoint.slots - first)  # the slots the checkpoint's bits cover
+        state, seq = parsed[0][:count], parsed[1][:count]
+        rows = np.arange(len(state))
+        named = _bits(checkpoint.bits, first, len(state))
+        other = state[rows, 1 - named]
         older = seq[rows, 1 - named] < checkpoint.seq
         untouched = (other == EMPTY) | ((other == VALID) & older)
-        never = (named == 0) & (mine == EMPTY) & (other == EMPTY)
-        for i in np.flatnonzero((mine != VALID) & untouched & ~never)[:1].tolist():
-            what = "reads as empty" if mine[i] == EMPTY else "fails its checks"
+        for i in np.flatnonzero(_unserved(state, named) & untouched)[:1].tolist():
+            what = "reads as empty" if state[i, named[i]] == EMPTY else "fails its checks"
             raise CorruptionError(
                 f"slots.dat: slot {first + i}: its newest version at the last checkpoint "
                 f"(copy {named[i]}) {what}, and no version was written into the slot since: "
@@ -682,9 +687,7 @@ class ODirectStore(RecordStore):
         named by the ``saved`` bits is not served (fails its checks, or reads as empty)."""
         state = parsed[0]
         named = _bits(saved, first, len(state))
-        empty = (state == EMPTY).all(axis=1)
-        served = (state[np.arange(len(state)), named] == VALID) | (empty & (named == 0))
-        for i in np.flatnonzero(~served)[:1].tolist():
+        for i in np.flatnonzero(_unserved(state, named))[:1].tolist():
             self._served(self._slot_states(parsed, i), first + i, int(named[i]))
 
     def _set_newest_copies(self, first: int, one: npt.NDArray[np.bool_]) -> None:
