@@ -32,7 +32,8 @@ from tests.persistence.test_random_damage import REOPEN, Cut, cut_and_damage  # 
 CHECKS = {"lacks segments the snapshot names": "the snapshot's store probes",
           "had been synced": "odirect's synced lag",
           "at the last checkpoint (copy": "odirect's checkpoint bits",
-          "names segments": "the journal's synced records"}
+          "names segments": "the journal's synced records",
+          "routing directory names": "the snapshot's segments the open found absent"}
 
 
 def outcome(root: Path, cut: Cut) -> str:

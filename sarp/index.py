@@ -679,8 +679,11 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
             # last: the index exists once sarp.json does, and a creation cut short before
             # it is redone by the next open
             index.io.publish(cfg_file, dumps(cfg, index_id).encode())
-    except BaseException:
-        store.close()
+    except BaseException as exc:
+        if isinstance(exc, CorruptionError):
+            store.abandon()  # the damage it found stays for the next open to find again
+        else:
+            store.close()
         _remove_created(created, above, root, before, io)
         raise
     index.recovery["store_open_s"] = store_open_s

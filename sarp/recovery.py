@@ -2,10 +2,11 @@
 
 Damage is detected, never trusted: a snapshot that fails its checks is skipped for the one
 before it (its journals replayed on top); the store must still hold the newest writes the
-snapshot names (``check_probes``); journal records must be numbered without a gap; when
-no verified state can be reached the error names every file and fault. Segments stored past
-the last journaled id are then registered and journaled (``roll_forward``). ``rebuild`` is the
-slow path: a full scan of the segment store.
+snapshot names (``check_probes``), and none of the segments it names may be among those the
+store's open found absent after a crash (``check_absent``); journal records must be numbered
+without a gap; when no verified state can be reached the error names every file and fault.
+Segments stored past the last journaled id are then registered and journaled
+(``roll_forward``). ``rebuild`` is the slow path: a full scan of the segment store.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ def recover(index: Index) -> dict[str, Any]:
     base = 0 if loaded is None else loaded.state.seq
     if loaded is not None:
         check_probes(index, loaded, report)
+        check_absent(index, loaded)
 
     t2 = time.perf_counter()
     chain = [(seq, p) for seq, p in journal.files(root) if seq >= base]
@@ -146,6 +148,33 @@ def check_probes(index: Index, loaded: snapshot.Loaded, report: dict[str, Any]) 
             "segments it holds")
     index.segments.note_stored(seg for seg in held if seg is not None)
     report["probed_segments"] = len(ids)
+
+
+def check_absent(index: Index, loaded: snapshot.Loaded) -> None:
+    """Check that no segment the snapshot's routing directory names is among the keys the
+    store's open scanned after a crash and found holding no record
+    (``RecordStore.absent_after_crash``): each was stored before it was placed, and made
+    durable before the snapshot was written, so none can be a write the crash cut off.
+
+    The probes cover only the newest writes; this covers every segment in the part of the
+    store the open scanned (for odirect, the regions written since its last checkpoint), at
+    the cost of one pass over the snapshot's posting lists in memory. A segment found
+    absent there raises ``CorruptionError`` and no file of the index is changed
+    (``sarp.open`` then abandons the store, so that its next open lists the segment again):
+    a match would otherwise count it missing and serve the prefix before it, losing
+    acknowledged inserts without an error."""
+    absent = index.store.absent_after_crash()
+    if not len(absent):
+        return
+    named = loaded.state.ref_segments
+    lost = np.unique(named[np.isin(named, absent, kind="table")])  # no sort of ``named``
+    if len(lost):
+        shown = ", ".join(map(str, lost[:8].tolist())) + (", ..." if len(lost) > 8 else "")
+        raise CorruptionError(
+            f"{loaded.path.name}: the store at {str(index.store.path)!r} holds no record of "
+            f"{len(lost)} of the segments the snapshot's routing directory names (ids "
+            f"{shown}), all made durable before it: the store lost acknowledged inserts; "
+            "`sarp rebuild` rebuilds the index from the segments it holds")
 
 
 def _replay_journal(index: Index, path: Path, replay: journal.Replay, proven: int,

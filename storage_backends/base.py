@@ -14,6 +14,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
+import numpy.typing as npt
+
 from sarp._core.calls import Calls
 from sarp.checks import check_bool, check_int, check_iterable, check_path
 from sarp.errors import CorruptionError, StoreClosedError, StoreKindError
@@ -161,6 +164,8 @@ class RecordStore(ABC):
         self.redone_files = 0
         self._stop = WriteStop(lambda: f"{self.kind} store at {str(self.path)!r}",
                                "reopen it to recover")
+        #: ``absent_after_crash()``: set by an engine's open that scans after a crash
+        self._absent: npt.NDArray[np.uint64] = np.empty(0, np.uint64)
         self._counter_lock = threading.Lock()
         self._counters = dict.fromkeys(
             ("logical_reads", "logical_writes", "logical_deletes", "bytes_read", "bytes_written",
@@ -196,6 +201,16 @@ class RecordStore(ABC):
         key = check_key(key)
         self._run_write(lambda: self._delete(key))
         self._count("logical_deletes", 1)
+
+    def absent_after_crash(self) -> npt.NDArray[np.uint64]:
+        """Keys, ascending, that this store's open scanned after a crash and found holding no
+        version at all (a deleted key is not listed: its deletion is a version). A record
+        made durable before the crash must not be among them, so a caller that knows which
+        keys it made durable can tell damage from a key never written (SARP's recovery
+        checks the segments its snapshot names). Empty where the open scanned nothing
+        (odirect after a clean close, or in sparse mode) or the engine does not scan its
+        records after a crash."""
+        return self._absent
 
     def scan(self) -> Iterator[tuple[int, bytes]]:
         """Every live record, in ascending key order (used by rebuild and tests).
@@ -234,13 +249,21 @@ class RecordStore(ABC):
         store does nothing. If the engine fails to close, the store is closed all the same
         (its lock released) and the error raised. A store whose writes stopped (``_run_write``)
         closes its files without writing: reopening recovers it as after a crash."""
+        self._release(self._close if self._stop.failure is None else self._abandon)
+
+    def abandon(self) -> None:
+        """Close as a crash would leave the store: release the engine and the directory lock
+        without what a clean close writes, so that the next open repairs it as after a crash.
+        For a caller that found damage the store's open reported (``absent_after_crash``):
+        the next open finds it again, where a clean close would record the store as whole."""
+        self._release(self._abandon)
+
+    def _release(self, close: Callable[[], None]) -> None:
+        """End the store with ``close`` (the engine's clean close, or ``_abandon``), once."""
         if not self._calls.begin_close():
             return
         try:
-            if self._stop.failure is None:
-                self._close()
-            else:
-                self._abandon()
+            close()
         finally:
             try:
                 if self._lock_file is not None:

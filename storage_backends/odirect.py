@@ -173,6 +173,8 @@ class ODirectStore(RecordStore):
         self._unsynced: set[int] = set()
         #: bit s set: copy 1 of slot s holds the newest version (else copy 0, or none)
         self._newer = bytearray()
+        #: the highest slot an open after a crash scanned holding a record (``_hole_regions``)
+        self._top = 0
         #: slots per region of the write-intent list, and per read of a scan
         self._region = max(1, SCAN_BYTES // self._extent_bytes) * self._extent
         repair = not clean or self._SALVAGING
@@ -192,7 +194,7 @@ class ODirectStore(RecordStore):
             if not saved:  # the bits the open rebuilt, all durable now: a checkpoint
                 self._save_copies()
             self._checkpoint_seq = self._next_seq
-            self._write_dirty(set())
+            self._write_dirty(self._hole_regions())
         self._write_header(clean=False)
 
     # -- header and the saved newest-copy bits -------------------------------------------------
@@ -308,6 +310,15 @@ class ODirectStore(RecordStore):
         self._next_seq = max(self._next_seq, seq)
         return _Checkpoint(set(np.frombuffer(dirty, "<u8", count, _DIRTY.size).tolist()), seq,
                            slots, bits)
+
+    def _hole_regions(self) -> set[int]:
+        """The regions holding a slot of ``absent_after_crash`` below the highest slot found
+        holding a record: DIRTY keeps naming them past the checkpoint an open after a crash
+        makes, so that every open until a clean close scans them and lists such a slot
+        again. An open whose caller found a record lost there (and abandoned the store)
+        is then refused again, not served as if the slot had never been written."""
+        absent = self._absent[self._absent < self._top]
+        return set((absent // np.uint64(self._region)).tolist())
 
     def _write_dirty(self, regions: set[int]) -> None:
         """Durably name ``regions`` in DIRTY as written since the checkpoint whose COPIES has
@@ -534,7 +545,8 @@ class ODirectStore(RecordStore):
         """Rebuild the newest-copy bits, the next sequence number and (sparse) the slot table
         and free list from every slot, or (dense) from the slots of the regions written since
         ``checkpoint``, over its bits; after a crash, clear the copies torn writes left, and
-        sync.
+        sync, and (dense keys) keep the slots scanned that hold no record for
+        ``absent_after_crash``.
         ``saved``: the bits of the clean close just before (sparse mode), whose copies must
         pass their checks. Each chunk's versions are checked by ``parse_slots`` and
         picked here by array operations; only the slots that need it are visited one by one.
@@ -552,6 +564,7 @@ class ODirectStore(RecordStore):
         The version with the higher sequence number is the key's; an older live one elsewhere
         is cleared, so that no later reuse of the newer slot brings it back."""
         clear: list[int] = []  # slots zeroed: torn first writes, superseded live versions
+        absent: list[npt.NDArray[np.intp]] = []  # dense keys after a crash: slots without one
         torn: list[tuple[int, int, int, int]] = []  # (slot, copy, its seq, the other's): bad
         newest: dict[int, tuple[int, int, int]] = {}  # key -> (seq, slot, flags) of its newest
         synced = 0  # the versions below it were durable, as the valid versions record
@@ -568,6 +581,10 @@ class ODirectStore(RecordStore):
             one = valid[:, 1] & (~valid[:, 0] | (seq[:, 1] > seq[:, 0]))  # copy 1 is newest
             found = valid.any(axis=1)
             self._set_newest_copies(first, one)
+            if repair and not self._sparse:
+                absent.append(first + np.flatnonzero(~found))
+                if found.any():
+                    self._top = max(self._top, first + int(np.flatnonzero(found)[-1]))
             if found.any():
                 self._next_seq = max(self._next_seq, int(seq[valid].max()) + 1)
                 synced = max(synced, int(parsed[6][valid].max()))
@@ -611,6 +628,8 @@ class ODirectStore(RecordStore):
         heapq.heapify(self._free)
         if not self._SALVAGING:
             self._damaged(torn, synced)
+        if absent:
+            self._absent = np.concatenate(absent).astype(np.uint64)
         # never acknowledged, or superseded by an acknowledged version; one copy at a time,
         # synced, so that a crash while clearing tears at most one copy of a slot. A torn
         # copy beside a valid one is cleared too: later versions will record syncs past it

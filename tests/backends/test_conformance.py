@@ -140,6 +140,28 @@ def test_reopen_keeps_everything(durable_kind: str, durability: str, open_kind: 
         assert s.get_many(list(expected)) == list(expected.values())
 
 
+def test_abandon_keeps_what_was_made_durable(durable_kind: str, open_kind: Any,
+                                             tmp_path: Path) -> None:
+    """``abandon()`` leaves the store as a crash would: the next open recovers every write
+    made durable before it; it closes the store (later calls raise, a close does nothing).
+    An open that scans nothing after it lists no absent key."""
+    path = tmp_path / "store"
+    expected = {k: payload(k, 40) for k in range(0, 600, 3)}
+    s = open_kind(durable_kind, path, durability="group")
+    assert s.absent_after_crash().tolist() == []
+    s.put_many(expected.items())
+    s.flush()
+    s.abandon()
+    assert s.closed
+    s.close()
+    with pytest.raises(StoreClosedError):
+        s.get(3)
+    with open_kind(durable_kind, path, durability="group") as s2:
+        assert s2.get_many(list(expected)) == list(expected.values())
+    with open_kind(durable_kind, path, durability="group") as s3:  # after a clean close
+        assert s3.absent_after_crash().tolist() == []
+
+
 # The cache-size statistic each engine reports, and the part of the budget it should be.
 CACHE_CAPACITY = {"wiredtiger": ("wt_cache_bytes_max", 1),
                   "rocksdb": ("rocksdb_block_cache_capacity", 2)}

@@ -124,6 +124,47 @@ def test_an_open_after_a_crash_scans_only_the_regions_named_since_the_checkpoint
         assert _named(path)[1] == []  # the open checkpointed what it found
 
 
+def test_an_open_after_a_crash_lists_the_scanned_slots_holding_no_record(
+        tmp_path: Path) -> None:
+    """``absent_after_crash``: the slots of the regions scanned after a crash that hold no
+    record, a dropped first write's included. DIRTY keeps naming the regions with such a
+    slot below the highest one holding a record (region 0 here, not region 2, where the
+    empty slots are the file's tail), so that an abandoned open leaves them to the next open
+    to list again; a clean close, after which an open scans nothing, ends that."""
+    path = tmp_path / "s"
+    io = PowerLossIO(0)
+    s = _dense(path, io)
+    s.put_many([(0, b"a"), (2, b"c"), (K + 1, b"d"), (2 * K, b"e")])
+    s.flush()
+    s.put(3, b"never synced")
+    io.crash("drop")
+    tail = list(range(2 * K + 1, 3 * K))
+    absent = [1, *range(3, K), K, *range(K + 2, 2 * K), *tail]
+    s2 = _dense(path)
+    assert s2.absent_after_crash().tolist() == absent
+    assert _named(path)[1] == [0, 1]
+    s2.abandon()
+    with _dense(path) as s3:  # the checkpoint of s2's open, and DIRTY's regions 0 and 1
+        assert s3.absent_after_crash().tolist() == absent[:-len(tail)]
+        assert s3.get_many([0, 1, 2, 3]) == [b"a", None, b"c", None]
+    with _dense(path) as s4:  # after a clean close
+        assert s4.absent_after_crash().tolist() == []
+        assert _named(path)[1] == []
+
+
+def test_an_open_after_a_crash_in_sparse_mode_lists_no_absent_slot(tmp_path: Path) -> None:
+    """Sparse keys are not slot numbers: a free slot names no key, so none is listed."""
+    path = tmp_path / "s"
+    io = PowerLossIO(0)
+    s = _open("odirect", path, io=io, key_mode="sparse")
+    s.put_many([(1 << 40, b"a"), (2 << 40, b"b")])
+    s.flush()
+    io.crash("drop")
+    with _open("odirect", path, key_mode="sparse") as s2:
+        assert s2.absent_after_crash().tolist() == []
+        assert s2.get_many([1 << 40, 2 << 40]) == [b"a", b"b"]
+
+
 @pytest.mark.parametrize("dirty", ["missing", "damaged", "of another checkpoint"])
 def test_without_a_usable_checkpoint_an_open_after_a_crash_scans_every_slot(
         tmp_path: Path, dirty: str) -> None:
