@@ -167,6 +167,17 @@ def _zero_slot(store: Path, slot: int) -> None:
             fh.write(bytes(block))
 
 
+def _snapshot_then_power_cut(path: Path, n: int) -> None:
+    """An odirect index at ``path`` through a power cut (unsynced writes dropped), after
+    ``n`` inserts and a snapshot, which made them durable."""
+    io = PowerLossIO(0)
+    index = open_through(io, path, "odirect", durability="group", **CONFIG)
+    for i in range(n):
+        insert(index, i)
+    index.snapshot()
+    io.crash("drop")
+
+
 def test_a_named_segment_lost_since_the_checkpoint_is_refused_at_every_open(tmp_path):
     """odirect after a power cut: a segment the snapshot's routing directory names, written
     since the store's last checkpoint and not among the probes, whose copies the damage
@@ -176,12 +187,7 @@ def test_a_named_segment_lost_since_the_checkpoint_is_refused_at_every_open(tmp_
     refuses it again. The index's files are unchanged; ``sarp rebuild`` then serves what the
     store holds."""
     path = tmp_path / "i"
-    io = PowerLossIO(0)
-    index = open_through(io, path, "odirect", durability="group", **CONFIG)
-    for i in range(12):
-        insert(index, i)
-    index.snapshot()
-    io.crash("drop")
+    _snapshot_then_power_cut(path, 12)
     state = snapshot.load(FileIO(), snapshot.candidates(path)[0][1], False).state
     probed = {int(sid) for sid, _ in state.probes}
     lost = min(set(state.ref_segments.tolist()) - probed)
@@ -202,12 +208,7 @@ def test_a_crash_that_loses_no_named_segment_opens(tmp_path):
     """The same power cut without the damage: the slots the open lists hold no segment the
     snapshot names, and every insert matches whole."""
     path = tmp_path / "i"
-    io = PowerLossIO(0)
-    index = open_through(io, path, "odirect", durability="group", **CONFIG)
-    for i in range(12):
-        insert(index, i)
-    index.snapshot()
-    io.crash("drop")
+    _snapshot_then_power_cut(path, 12)
     with sarp.open(path, backend="odirect", direct_io=False) as index:
         assert len(index.store.absent_after_crash())  # the slot file's tail, at least
         assert_holds(index, 12)
