@@ -163,3 +163,24 @@ def test_cpu_noise_runs_only_inside_its_block():
     assert not multiprocessing.active_children()
     with mod.cpu_noise(False):
         assert not multiprocessing.active_children()
+
+
+def test_replay_overhead_times_both_counter_sets_on_a_small_trace(tmp_path, capsys):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(
+        f'{{"timestamp": {i}, "input_length": {16 * (4 + i)}, "output_length": 16, '
+        f'"hash_ids": {list(range(4 + i))}}}\n' for i in range(6)))
+    script("replay_overhead").main([f"mooncake:{trace}", "--repeat", "3"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"mooncake:{trace}: 6 requests, median of 3 replays"
+    for line, counters in zip(lines[1:], (3, 7), strict=True):
+        assert line.strip().startswith(f"{counters} counters per match: ")
+        assert float(line.split(": ")[1].split()[0]) > 0
+
+
+@pytest.mark.parametrize("args, says", [
+    (["bogus"], "argument workload: unknown workload 'bogus'"),
+    (["trace/magagent", "--repeat", "0"], "argument --repeat: '0' is not a positive integer"),
+])
+def test_replay_overhead_refuses_bad_values_naming_the_argument(capsys, args, says):
+    assert says in refusal(capsys, "replay_overhead", args)
