@@ -18,6 +18,16 @@ def script(name: str):
     return module
 
 
+def small_trace(tmp_path: Path, tokens_per_id: int) -> Path:
+    """A Mooncake trace of 6 requests, request i of 4 + i hashed blocks of ``tokens_per_id``
+    tokens each, every one a prefix of the next."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(
+        f'{{"timestamp": {i}, "input_length": {tokens_per_id * (4 + i)}, "output_length": 16, '
+        f'"hash_ids": {list(range(4 + i))}}}\n' for i in range(6)))
+    return trace
+
+
 def refusal(capsys, name: str, args: list[str]) -> str:
     """What ``bench/NAME.py`` printed on stderr when it refused ``args`` (exit status 2)."""
     with pytest.raises(SystemExit) as exc:
@@ -50,10 +60,7 @@ def test_worker_thread_refuses_bad_values_naming_the_argument(capsys, args, says
 
 
 def test_worker_thread_compares_both_modes_on_a_small_trace(tmp_path, capsys):
-    trace = tmp_path / "t.jsonl"
-    trace.write_text("".join(
-        f'{{"timestamp": {i}, "input_length": {16 * (4 + i)}, "output_length": 16, '
-        f'"hash_ids": {list(range(4 + i))}}}\n' for i in range(6)))
+    trace = small_trace(tmp_path, 16)
     script("worker_thread").main([f"mooncake:{trace}", "--repeat", "1"])
     row = capsys.readouterr().out.splitlines()[2].split("|")
     assert row[1].strip() == f"mooncake:{trace}" and row[2].strip() == "memory"
@@ -62,10 +69,7 @@ def test_worker_thread_compares_both_modes_on_a_small_trace(tmp_path, capsys):
 
 def test_routing_state_counts_a_small_trace(tmp_path, capsys):
     """Every request is matched and inserted; the counters are those of the replay."""
-    trace = tmp_path / "t.jsonl"
-    trace.write_text("".join(
-        f'{{"timestamp": {i}, "input_length": {512 * (4 + i)}, "output_length": 16, '
-        f'"hash_ids": {list(range(4 + i))}}}\n' for i in range(6)))
+    trace = small_trace(tmp_path, 512)
     script("routing_state").main([f"mooncake:{trace}"])
     lines = capsys.readouterr().out.splitlines()
     counters = {k: float(v.replace(",", "")) for k, v in (x.split() for x in lines[1:])}
@@ -166,10 +170,7 @@ def test_cpu_noise_runs_only_inside_its_block():
 
 
 def test_replay_overhead_times_both_counter_sets_on_a_small_trace(tmp_path, capsys):
-    trace = tmp_path / "t.jsonl"
-    trace.write_text("".join(
-        f'{{"timestamp": {i}, "input_length": {16 * (4 + i)}, "output_length": 16, '
-        f'"hash_ids": {list(range(4 + i))}}}\n' for i in range(6)))
+    trace = small_trace(tmp_path, 16)
     script("replay_overhead").main([f"mooncake:{trace}", "--repeat", "3"])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"mooncake:{trace}: 6 requests, median of 3 replays"
