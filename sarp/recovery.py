@@ -158,7 +158,7 @@ def check_absent(index: Index, loaded: snapshot.Loaded) -> None:
 
     The probes cover only the newest writes; this covers every segment in the part of the
     store the open scanned (for odirect, the regions written since its last checkpoint), at
-    the cost of one pass over the snapshot's posting lists in memory. A segment found
+    the cost of a membership test of the snapshot's posting lists in memory. A segment found
     absent there raises ``CorruptionError`` and no file of the index is changed
     (``sarp.open`` then abandons the store, so that its next open lists the segment again):
     a match would otherwise count it missing and serve the prefix before it, losing
@@ -167,7 +167,7 @@ def check_absent(index: Index, loaded: snapshot.Loaded) -> None:
     if not len(absent):
         return
     named = loaded.state.ref_segments
-    lost = np.unique(named[np.isin(named, absent, kind="table")])  # no sort of ``named``
+    lost = np.unique(named[np.isin(named, absent)])  # numpy takes a lookup table if it is small
     if len(lost):
         shown = ", ".join(map(str, lost[:8].tolist())) + (", ..." if len(lost) > 8 else "")
         raise CorruptionError(
