@@ -116,6 +116,11 @@ def recover(index: Index) -> dict[str, Any]:
     return report
 
 
+#: how a refusal for segments the store lost ends: what it means, and the remedy
+LOST_INSERTS = ("the store lost acknowledged inserts; `sarp rebuild` rebuilds the index from the "
+                "segments it holds")
+
+
 def lost_text(lost: list[tuple[int, int, Any]]) -> str:
     """``lost`` (segment id, block count written, the segment as stored or None) as text:
     each id with both counts."""
@@ -143,9 +148,8 @@ def check_probes(index: Index, loaded: snapshot.Loaded, report: dict[str, Any]) 
     if lost:
         raise CorruptionError(
             f"{loaded.path.name}: the store at {str(index.store.path)!r} lacks segments the "
-            f"snapshot names as written and made durable before it: {lost_text(lost)}; the "
-            "store lost acknowledged inserts; `sarp rebuild` rebuilds the index from the "
-            "segments it holds")
+            f"snapshot names as written and made durable before it: {lost_text(lost)}; "
+            + LOST_INSERTS)
     index.segments.note_stored(seg for seg in held if seg is not None)
     report["probed_segments"] = len(ids)
 
@@ -173,8 +177,7 @@ def check_absent(index: Index, loaded: snapshot.Loaded) -> None:
         raise CorruptionError(
             f"{loaded.path.name}: the store at {str(index.store.path)!r} holds no record of "
             f"{len(lost)} of the segments the snapshot's routing directory names (ids "
-            f"{shown}), all made durable before it: the store lost acknowledged inserts; "
-            "`sarp rebuild` rebuilds the index from the segments it holds")
+            f"{shown}), all made durable before it: " + LOST_INSERTS)
 
 
 def _replay_journal(index: Index, path: Path, replay: journal.Replay, proven: int,
@@ -204,9 +207,8 @@ def _replay_journal(index: Index, path: Path, replay: journal.Replay, proven: in
             raise CorruptionError(
                 f"{path.name}: record {rec.record_seq} names segments that the store at "
                 f"{str(index.store.path)!r} lacks or holds shorter: {lost_text(lost)}, though "
-                "a sync covered the record after its segments were made durable: the store "
-                "lost acknowledged inserts; `sarp rebuild` rebuilds the index from the "
-                "segments it holds")
+                "a sync covered the record after its segments were made durable: "
+                + LOST_INSERTS)
         stored = [seg for seg in found if seg is not None]
         missing = len(ids) - len(stored)
         report["journal_records"] += 1

@@ -173,7 +173,7 @@ class ODirectStore(RecordStore):
         self._unsynced: set[int] = set()
         #: bit s set: copy 1 of slot s holds the newest version (else copy 0, or none)
         self._newer = bytearray()
-        #: the highest slot an open after a crash scanned holding a record (``_hole_regions``)
+        #: the highest slot the open's scan found holding a record (``_hole_regions``)
         self._top = 0
         #: slots per region of the write-intent list, and per read of a scan
         self._region = max(1, SCAN_BYTES // self._extent_bytes) * self._extent
@@ -583,11 +583,10 @@ class ODirectStore(RecordStore):
             self._set_newest_copies(first, one)
             if repair and not self._sparse:
                 absent.append(first + np.flatnonzero(~found))
-                if found.any():
-                    self._top = max(self._top, first + int(np.flatnonzero(found)[-1]))
             if found.any():
                 self._next_seq = max(self._next_seq, int(seq[valid].max()) + 1)
                 synced = max(synced, int(parsed[6][valid].max()))
+                self._top = max(self._top, first + int(np.flatnonzero(found)[-1]))
             bad = (state == BAD).sum(axis=1)
             if repair:
                 rows = np.flatnonzero(bad == 1)
