@@ -32,6 +32,7 @@ from tests.persistence.test_random_damage import REOPEN, Cut, cut_and_damage  # 
 CHECKS = {"lacks segments the snapshot names": "the snapshot's store probes",
           "had been synced": "odirect's synced lag",
           "at the last checkpoint (copy": "odirect's checkpoint bits",
+          "after a sync of the store": "the journal's flagged records",
           "names segments": "the journal's synced records",
           "routing directory names": "the snapshot's segments the open found absent"}
 

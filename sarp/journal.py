@@ -9,7 +9,9 @@ before each insert returns under ``sync``, at ``flush()`` and close under ``grou
 covers, segments too (format 5); each record names its segments' block counts, so that the
 proof covers their length (format 6). Appended records are kept in memory and written at the
 next sync (a group commit), or once ``WRITE_BEHIND`` bytes wait, so an insert between
-durable points costs no system call.
+durable points costs no system call. A sync writes its records after the store is durable and
+flags the last one (``STORE_DURABLE``, format 7): read back whole, it proves the segments of
+every record up to it, even where no later record shows the journal's own sync.
 """
 
 from __future__ import annotations
@@ -27,24 +29,32 @@ from storage_backends.io import File, FileIO
 from storage_backends.write_stop import WriteStop
 
 MAGIC = b"SARPJRNL"
-VERSION = 6
+VERSION = 7
 # magic, version, flags (reserved before format 5), snapshot seq, the number of the record
 # appended before the first, the index id (sarp.json)
 FILE_HEADER = struct.Struct("<8sIIQQQ")
 _HEADER_BEFORE_IDS = struct.Struct("<8sIIQQ")  # the same without the index id
 #: the header of each version read: 3 lacks the index id; 2 also lacks the synced field of
 #: the records (its padding is 0 there); 4 has the header of 5, whose syncs also prove the
-#: segments of the records they cover durable (``PROVES_SEGMENTS``); 6 adds the block counts
+#: segments of the records they cover durable (``PROVES_SEGMENTS``); 6 adds the block counts;
+#: 7 the record flags
 HEADERS = {2: _HEADER_BEFORE_IDS, 3: _HEADER_BEFORE_IDS, 4: FILE_HEADER, 5: FILE_HEADER,
-           VERSION: FILE_HEADER}
+           6: FILE_HEADER, VERSION: FILE_HEADER}
 #: the first version where every sync follows a durable flush of the segment store
 PROVES_SEGMENTS = 5
 #: the first version whose records name their segments' block counts
 HAS_COUNTS = 6
+#: the first version whose records carry flags (``STORE_DURABLE``), in the record header's
+#: field that was reserved, as the seed of the payload's checksum
+HAS_FLAGS = 7
+#: record flag (format 7): the segment store was made durable after every record before this
+#: one was appended, and before this one was written (the last record of a journal sync)
+STORE_DURABLE = 1
 #: header flag (format 5, in the field that was reserved): the journal before this one was
 #: synced whole, the store first, before this one was started (a snapshot's journal switch)
 PREVIOUS_SYNCED = 1
-RECORD_HEADER = struct.Struct("<IIQ")  # payload length, reserved, XXH64 of the payload
+# payload length, flags (reserved, 0, before format 7), XXH64 of the payload seeded with the flags
+RECORD_HEADER = struct.Struct("<IIQ")
 # record seq, next segment id, new blocks, count, the journal bytes / 8 the last good sync
 # covered when the record was appended (saturating)
 PAYLOAD_HEADER = struct.Struct("<QQQII")
@@ -116,8 +126,9 @@ class JournalWriter:
 
         ``before_sync`` makes the segments of every appended record durable (the segment
         store's durable flush); each sync calls it first, so that a sync proves the records it
-        covers whole, segments too (format 5). An existing file's records are proven by this
-        writer's first sync, which is made even if nothing is appended. ``previous_synced``:
+        covers whole, segments too (format 5), then writes the records still in memory, the
+        last one flagged ``STORE_DURABLE`` (format 7). An existing file's records are proven
+        by this writer's first sync, which is made even if nothing is appended. ``previous_synced``:
         the journal before this one was synced whole, store first (``PREVIOUS_SYNCED``)."""
         self.io = io
         self.path = path
@@ -136,6 +147,7 @@ class JournalWriter:
         self._proven = self._offset if created else 0
         self._before_sync = before_sync
         self._pending = bytearray()  # appended, not yet written
+        self._last = -1  # where the last appended record starts in ``_pending`` (-1: none)
         #: numbers of the last record appended and of the last one the last good sync covers
         self._appended_seq = self._synced_seq = last_record
         self.stop = stop or WriteStop(
@@ -143,12 +155,14 @@ class JournalWriter:
             "the index takes no insert until reopened; snapshot() or close() persists it")
 
     def append(self, record: Record) -> None:
-        """Queue ``record`` in memory; written once ``WRITE_BEHIND`` bytes wait, durable at sync."""
+        """Queue ``record`` in memory; the records before it are written once ``WRITE_BEHIND``
+        bytes wait (it stays queued, for the next sync to flag), all are durable at sync."""
         self.stop.check()
+        self._last = len(self._pending)
         self._pending += encode_record(record, self._proven, self.version)
         self._appended_seq = record.record_seq
         if len(self._pending) >= WRITE_BEHIND:
-            self.stop.run(self._write_pending)
+            self.stop.run(lambda: self._write_pending(keep_last=True))
 
     def sync(self) -> None:
         """Write the queued records and fdatasync the file, so every appended record is durable."""
@@ -165,19 +179,34 @@ class JournalWriter:
         return self._offset > self._proven
 
     def _sync(self) -> None:
-        self._write_pending()
-        if self.unsynced:
+        if self._pending or self.unsynced:
             if self._before_sync is not None:
                 self._before_sync()
+                self._flag_last()
+            self._write_pending()
             self._file.fdatasync()
             self._synced = self._proven = self._offset
         self._synced_seq = self._appended_seq
 
-    def _write_pending(self) -> None:
-        if self._pending:
-            self._file.pwrite(bytes(self._pending), self._offset)
-            self._offset += len(self._pending)
-            self._pending.clear()
+    def _flag_last(self) -> None:
+        """Flag the last queued record ``STORE_DURABLE`` (format 7): every record appended so
+        far has its segments durable, and it is not written yet. Appends wait for the sync
+        (the caller's journal lock), so none comes between."""
+        if self.version < HAS_FLAGS or self._last < 0:
+            return
+        start = self._last + RECORD_HEADER.size
+        length = RECORD_HEADER.unpack_from(self._pending, self._last)[0]
+        RECORD_HEADER.pack_into(self._pending, self._last, length, STORE_DURABLE,
+                                xxh64(self._pending[start:start + length], STORE_DURABLE))
+
+    def _write_pending(self, keep_last: bool = False) -> None:
+        """Write the queued records (``keep_last``: all but the last one appended)."""
+        end = self._last if keep_last else len(self._pending)
+        if end > 0:
+            self._file.pwrite(bytes(self._pending[:end]), self._offset)
+            self._offset += end
+            del self._pending[:end]
+            self._last = 0 if keep_last else -1
 
     def close(self, covered: bool = False) -> None:
         """Sync every appended record, then close the file.
@@ -213,8 +242,11 @@ class Replay:
     #: where each record starts, then where the last one ends
     offsets: list[int] = field(default_factory=list)
     #: how many records, from the first, a sync is known to have covered, their segments
-    #: durable first (formats 5 and 6: up to the furthest synced field; 0 before)
+    #: durable first (formats 5 to 7: up to the furthest synced field; 0 before)
     proven: int = 0
+    #: how many records, from the first, lie up to the last one flagged ``STORE_DURABLE``
+    #: (format 7): their segments were durable before it was written
+    flagged: int = 0
     #: whether its header says that the journal before it was synced whole, store first
     previous_synced: bool = False
     version: int = VERSION  # its format version
@@ -234,7 +266,7 @@ def read(io: FileIO, path: Path, last: bool, index_id: int | None = None) -> Rep
     size = len(raw)
     after, version, flags = _header(raw, path.name, FILES.seq(path), index_id)
     records = list(_records(raw, path.name, version))
-    offsets = [HEADERS[version].size] + [end for _, _, end in records]
+    offsets = [HEADERS[version].size] + [end for _, _, end, _ in records]
     torn = size - offsets[-1]
     if torn:
         if not last:
@@ -246,9 +278,10 @@ def read(io: FileIO, path: Path, last: bool, index_id: int | None = None) -> Rep
             f.fsync()
         finally:
             f.close()
-    synced = max((s for _, s, _ in records), default=0)
-    proven = sum(end <= synced for _, _, end in records) if version >= PROVES_SEGMENTS else 0
-    return Replay([r for r, _, _ in records], after, size, torn, offsets, proven,
+    synced = max((s for _, s, _, _ in records), default=0)
+    proven = sum(end <= synced for _, _, end, _ in records) if version >= PROVES_SEGMENTS else 0
+    flagged = max((k + 1 for k, (*_, f) in enumerate(records) if f & STORE_DURABLE), default=0)
+    return Replay([r for r, _, _, _ in records], after, size, torn, offsets, proven, flagged,
                   bool(flags & PREVIOUS_SYNCED), version)
 
 
@@ -272,7 +305,7 @@ def last_record(io: FileIO, path: Path) -> int:
     read without cutting anything. Raises RecoveryError if the file is not a readable journal."""
     raw = bytes(io.read_whole(path))
     last, version, _ = _header(raw, path.name, FILES.seq(path), None)
-    for rec, _, _ in _records(raw, path.name, version):
+    for rec, _, _, _ in _records(raw, path.name, version):
         last = rec.record_seq
     return last
 
@@ -312,22 +345,23 @@ def _header(raw: bytes, name: str, seq: int | None,
     return after, version, flags
 
 
-def _records(raw: bytes, name: str, version: int) -> Iterator[tuple[Record, int, int]]:
-    """(record, its synced field in bytes, end offset) of each valid record until the first
-    damaged or incomplete one.
+def _records(raw: bytes, name: str,
+             version: int) -> Iterator[tuple[Record, int, int, int]]:
+    """(record, its synced field in bytes, end offset, its flags) of each valid record until
+    the first damaged or incomplete one.
 
-    Damage that a later valid record shows was synced (formats 3 to 6: its synced field
+    Damage that a later valid record shows was synced (formats 3 to 7: its synced field
     reaches past the damage; format 2: any later valid record) is not a torn tail: it raises
-    RecoveryError.
+    RecoveryError. (A later record flagged ``STORE_DURABLE`` does not show that: it may have
+    reached the device while unsynced records before it did not.)
     """
     off = HEADERS[version].size
     while off + RECORD_HEADER.size <= len(raw):
-        length, reserved, digest = RECORD_HEADER.unpack_from(raw, off)
+        length, flags, digest = RECORD_HEADER.unpack_from(raw, off)
         start = off + RECORD_HEADER.size
         payload = raw[start:start + length]
-        if (reserved or len(payload) != length or length < PAYLOAD_HEADER.size
-                or xxh64(payload) != digest):
-            synced = _synced_after(raw, start)
+        if not _valid(version, flags, length, digest, payload):
+            synced = _synced_after(raw, start, version)
             if synced is not None and (version < 3 or synced > off):
                 raise RecoveryError(
                     f"{name}: damaged record at offset {off}, which a sync covered (a valid "
@@ -341,18 +375,26 @@ def _records(raw: bytes, name: str, version: int) -> Iterator[tuple[Record, int,
         fields = body.unpack_from(payload, PAYLOAD_HEADER.size)
         ids, counts = list(fields[:n]), list(fields[n:]) if version >= HAS_COUNTS else None
         off = start + length
-        yield Record(seq, next_id, blocks, ids, counts), 8 * synced, off
+        yield Record(seq, next_id, blocks, ids, counts), 8 * synced, off, flags
 
 
-def _synced_after(raw: bytes, pos: int) -> int | None:
+def _valid(version: int, flags: int, length: int, digest: int, payload: bytes) -> bool:
+    """Whether a record's header (its ``flags``, ``length`` and ``digest``) and ``payload``
+    (the bytes its length spans, as far as the file holds them) are whole: known flags (none
+    before format 7), the whole payload and its checksum, seeded with the flags."""
+    known = STORE_DURABLE if version >= HAS_FLAGS else 0
+    return (not flags & ~known and len(payload) == length >= PAYLOAD_HEADER.size
+            and xxh64(payload, flags) == digest)
+
+
+def _synced_after(raw: bytes, pos: int, version: int) -> int | None:
     """The most journal bytes that the synced fields of the complete, checksummed records
     starting at 8-byte boundaries after ``pos`` name; None if there is no such record."""
     most = None
     for off in range(pos + (-pos % 8), len(raw) - RECORD_HEADER.size, 8):
-        length, reserved, digest = RECORD_HEADER.unpack_from(raw, off)
+        length, flags, digest = RECORD_HEADER.unpack_from(raw, off)
         start = off + RECORD_HEADER.size
-        if (reserved == 0 and PAYLOAD_HEADER.size <= length <= len(raw) - start
-                and xxh64(raw[start:start + length]) == digest):
+        if _valid(version, flags, length, digest, raw[start:start + length]):
             synced = 8 * PAYLOAD_HEADER.unpack_from(raw, start)[4]
             most = synced if most is None else max(most, synced)
     return most

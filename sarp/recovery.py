@@ -184,15 +184,16 @@ def _replay_journal(index: Index, path: Path, replay: journal.Replay, proven: in
                     newest: bool, report: dict[str, Any]) -> None:
     """Re-register the segments that the records of one journal name.
 
-    A segment the store lacks, or holds with fewer blocks than its record names (format 6;
-    segments only grow), was stored after the last sync that the journal proves (format 5:
-    each sync makes the store durable first), by an insert never acknowledged; it is counted
-    in ``missing_segments`` or ``short_segments``. Under one of the first ``proven`` records,
-    the store lost it: ``CorruptionError``, and nothing is changed. In the newest journal,
-    the records from the first that names such a segment on are written again, at once,
-    each naming only the segments the store holds, at most at the length it holds (their
-    numbers, allocator ids and new block counts kept): left as they were, the next sync
-    would prove them.
+    A segment the store lacks, or holds with fewer blocks than its record names (formats 6
+    and 7; segments only grow), was stored after the last sync that the journal proves, by an
+    insert never acknowledged; it is counted in ``missing_segments`` or ``short_segments``.
+    Under one of the first ``proven`` records (format 5 on: each sync makes the store durable
+    first), or at or before a record flagged as written after a sync of the store (format 7:
+    ``replay.flagged``), the store lost it: ``CorruptionError``, and nothing is changed. In
+    the newest journal, the records from the first that names such a segment on are written
+    again, at once, each naming only the segments the store holds, at most at the length it
+    holds (their numbers, allocator ids and new block counts kept): left as they were, the
+    next sync would prove them.
     """
     rewritten: list[journal.Record] = []
     for k, rec in enumerate(replay.records):
@@ -203,12 +204,14 @@ def _replay_journal(index: Index, path: Path, replay: journal.Replay, proven: in
         found = index.segments.read_many(ids)
         lost = [(sid, n, seg) for sid, n, seg in zip(ids, counts, found, strict=True)
                 if seg is None or seg.block_count < n]
-        if lost and k < proven:
+        if lost and k < max(proven, replay.flagged):
+            why = ("a sync covered the record after its segments were made durable"
+                   if k < proven else f"record {replay.records[replay.flagged - 1].record_seq} "
+                   "was written after a sync of the store that followed this record's writes")
             raise CorruptionError(
                 f"{path.name}: record {rec.record_seq} names segments that the store at "
                 f"{str(index.store.path)!r} lacks or holds shorter: {lost_text(lost)}, though "
-                "a sync covered the record after its segments were made durable: "
-                + LOST_INSERTS)
+                f"{why}: " + LOST_INSERTS)
         stored = [seg for seg in found if seg is not None]
         missing = len(ids) - len(stored)
         report["journal_records"] += 1

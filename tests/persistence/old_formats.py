@@ -32,11 +32,11 @@ def downgrade(path: Path, journal_version: int = 3) -> None:
 
 
 def journal_as_version(path: Path, version: int) -> None:
-    """Rewrite journal ``path`` (the current format) in format ``version``, 2 to 5: records
-    without block counts (before 6), a header without flags (before 5) and without the index
-    id (before 4). The synced fields name the same records' ends in the shorter file (version
-    2: none, its padding is 0); the bytes from a record that fails its checksum on are kept
-    as they are."""
+    """Rewrite journal ``path`` (the current format) in format ``version``, 2 to 6: records
+    without flags (before 7), without block counts (before 6), a header without flags (before
+    5) and without the index id (before 4). The synced fields name the same records' ends in
+    the shorter file (version 2: none, its padding is 0); the bytes from a record that fails
+    its checksum on are kept as they are."""
     raw = path.read_bytes()
     out = bytearray(raw[:journal.HEADERS[version].size])
     flags = struct.unpack_from("<I", raw, 12)[0] if version >= 5 else 0
@@ -44,16 +44,17 @@ def journal_as_version(path: Path, version: int) -> None:
     off = journal.FILE_HEADER.size
     moved = {off: len(out), 0: 0}  # where each record end of the file went
     while off + journal.RECORD_HEADER.size <= len(raw):
-        length, reserved, digest = journal.RECORD_HEADER.unpack_from(raw, off)
+        length, flags, digest = journal.RECORD_HEADER.unpack_from(raw, off)
         start = off + journal.RECORD_HEADER.size
         payload = bytearray(raw[start:start + length])
-        if len(payload) != length or xxh64(bytes(payload)) != digest:
+        if len(payload) != length or xxh64(bytes(payload), flags) != digest:
             break
         count, synced = struct.unpack_from("<II", payload, SYNCED_AT - 4)
-        del payload[journal.PAYLOAD_HEADER.size + 8 * count:]
+        if version < journal.HAS_COUNTS:
+            del payload[journal.PAYLOAD_HEADER.size + 8 * count:]
         struct.pack_into("<I", payload, SYNCED_AT,
                          0 if version == 2 else moved[8 * synced] // 8)
-        out += journal.RECORD_HEADER.pack(len(payload), reserved, xxh64(bytes(payload)))
+        out += journal.RECORD_HEADER.pack(len(payload), 0, xxh64(bytes(payload)))
         out += payload
         off = start + length
         moved[off] = len(out)

@@ -132,6 +132,13 @@ def record_ends(jpath) -> list[int]:
     return ends
 
 
+def record_flags(jpath) -> list[int]:
+    """The flags of each record of journal ``jpath`` (format 7)."""
+    raw = jpath.read_bytes()
+    return [journal.RECORD_HEADER.unpack_from(raw, off)[1]
+            for off in journal.read(FileIO(), jpath, last=True).offsets[:-1]]
+
+
 @pytest.mark.parametrize("backend", ["wiredtiger", "flashlog", "odirect"])
 def test_a_journal_cut_at_a_record_boundary_loses_no_stored_segment(tmp_path, backend):
     """Records removed whole leave no torn tail; the segments they named follow the last
@@ -353,7 +360,8 @@ def test_group_commit_writes_journal_records_at_flush(tmp_path):
 
 def test_journal_writes_behind_once_enough_records_wait(tmp_path):
     """Records are written, unsynced, once WRITE_BEHIND bytes wait: memory stays bounded
-    when a ``group`` index is never flushed."""
+    when a ``group`` index is never flushed. The last one appended stays queued, for the next
+    sync to flag (format 7)."""
     path = tmp_path / journal.FILES.name(0)
     w = journal.JournalWriter(FileIO(), path, 0, 0, index_id=7)
     header = path.stat().st_size
@@ -364,7 +372,7 @@ def test_journal_writes_behind_once_enough_records_wait(tmp_path):
         w.append(rec)
     assert path.stat().st_size == header
     w.append(rec)
-    assert path.stat().st_size == header + per_write * size
+    assert path.stat().st_size == header + (per_write - 1) * size
     assert w.unsynced
     w.append(rec)
     w.close()
@@ -793,13 +801,14 @@ def test_a_creation_cut_short_is_redone(tmp_path):
     assert not (path / "sarp.json.tmp").exists() and (path / "sarp.json").exists()
 
 
-@pytest.mark.parametrize("version, opens", [(6, True), (5, True), (4, True), (3, True),
-                                             (2, False)])
+@pytest.mark.parametrize("version, opens", [(7, True), (6, True), (5, True), (4, True),
+                                             (3, True), (2, False)])
 def test_damage_that_no_sync_covered_is_a_torn_tail_from_format_3_on(tmp_path, version, opens):
     """A damaged record followed by valid ones whose synced fields do not reach it was never
-    synced (writes behind a group commit that the device kept out of order): formats 3 to 6
-    cut the journal there. Format 2 records have no synced field: damage before a valid
-    record stays an error there."""
+    synced (writes behind a group commit that the device kept out of order): formats 3 to 7
+    cut the journal there, also where the record after it is flagged ``STORE_DURABLE`` (format
+    7: written by close's sync, which the device may not have finished). Format 2 records
+    have no synced field: damage before a valid record stays an error there."""
     path = tmp_path / "i"
     with sarp.open(path, backend="wiredtiger", durability="group", snapshot_on_close=False,
                    **CONFIG) as index:
@@ -810,6 +819,7 @@ def test_damage_that_no_sync_covered_is_a_torn_tail_from_format_3_on(tmp_path, v
         synced = index._journal._synced
     jpath = journal.files(path)[-1][1]
     assert journal.read(FileIO(), jpath, last=True).offsets[1] == synced
+    assert record_flags(jpath) == [journal.STORE_DURABLE, 0, journal.STORE_DURABLE]
     if version < 4:
         downgrade(path, version)
     elif version < journal.VERSION:

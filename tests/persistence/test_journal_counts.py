@@ -32,17 +32,21 @@ def ids(n: int, base: int = 1) -> np.ndarray:
 def extended(path: Path, prove: bool) -> tuple[int, bytes, journal.Record]:
     """An index whose segment 0 holds S // 2 blocks, then is extended to S, with the raw
     record of its first version; ``prove``: a later insert and flush show the extension's
-    record synced. Returns (segment id, first raw record, the extension's journal record)."""
+    record synced; otherwise it is written behind, unflagged, as a crash may leave it, and
+    no sync is shown to have covered it. Returns (segment id, first raw record, the
+    extension's journal record)."""
     with sarp.open(path, **OPTS, **CONFIG) as index:
         index.insert(block_ids=ids(S // 2))
         index.flush()
         first = index.store.get(0)
         assert first is not None
         index.insert(block_ids=ids(S))  # an extension: segment 0 is written again, longer
-        index.flush()
         if prove:
+            index.flush()
             index.insert(block_ids=ids(S, base=2))
             index.flush()
+        else:
+            index._journal._write_pending()
     records = journal.read(FileIO(), journal.files(path)[-1][1], last=True).records
     ext = next(r for r in records if r.segment_ids == [0] and counts(r) == [S])
     return 0, first, ext

@@ -9,14 +9,18 @@ import errno
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import sarp
 from sarp import journal, recovery, snapshot
+from sarp._core.hashing import xxh64
+from sarp.errors import CorruptionError
 from storage_backends import open_store
 from storage_backends.io import FileIO, PowerLossIO
 
-from .power import killed, snapshot_cut_by_power
+from .old_formats import journal_as_version
+from .power import killed, open_through, snapshot_cut_by_power
 from .workload import CONFIG, assert_holds, check_match, full_blocks, insert
 
 ODIRECT: dict[str, Any] = dict(backend="odirect", direct_io=False)
@@ -117,3 +121,120 @@ def test_a_crash_before_the_relog_is_written_leaves_no_stored_id_to_allocate_aga
     monkeypatch.undo()
     with sarp.open(path, snapshot_on_close=False, **ODIRECT) as index:
         assert index.segments.next_id > max(stored)
+
+
+def record_flags(jpath: Path) -> list[int]:
+    """The flags of each record of journal ``jpath`` (format 7)."""
+    raw = jpath.read_bytes()
+    return [journal.RECORD_HEADER.unpack_from(raw, off)[1]
+            for off in journal.read(FileIO(), jpath, last=True).offsets[:-1]]
+
+
+def flushed_then_lost(path: Path) -> tuple[Path, journal.Record]:
+    """An index whose last three inserts were acknowledged by one flush, no record after
+    them; then its store loses a segment that the middle one wrote. Returns the journal and
+    that record."""
+    with sarp.open(path, backend="wiredtiger", durability="group", snapshot_on_close=False,
+                   **CONFIG) as index:
+        for i in range(3):
+            insert(index, i)
+        index.flush()
+        for i in range(3, 6):
+            insert(index, i)
+        index.flush()
+    jpath = journal.files(path)[-1][1]
+    rec = journal.read(FileIO(), jpath, last=True).records[4]
+    with open_store("wiredtiger", path / "store") as store:
+        store.delete(int(rec.segment_ids[0]))
+    return jpath, rec
+
+
+def test_the_last_record_of_a_sync_proves_the_segments_of_the_records_up_to_it(
+        tmp_path: Path) -> None:
+    """Each journal sync makes the store durable, then writes its records, the last one
+    flagged ``STORE_DURABLE`` (format 7). No later record shows the last sync of a session,
+    but its flagged record, read back whole, proves that the store held the segments of every
+    record up to it: a segment lost there is refused (CorruptionError, no file changed). A
+    format-6 journal of the same records has no flag: the lost segment passes for an
+    unacknowledged insert's, counted missing, and its acknowledged prefix is served short."""
+    path = tmp_path / "i"
+    jpath, rec = flushed_then_lost(path)
+    assert record_flags(jpath) == [0, 0, journal.STORE_DURABLE] * 2
+    replay = journal.read(FileIO(), jpath, last=True)
+    assert (replay.proven, replay.flagged) == (3, 6)
+    files = {p.name: p.read_bytes() for p in path.iterdir() if p.is_file()}
+    with pytest.raises(CorruptionError, match=rf"record {rec.record_seq} names segments .* "
+                                              rf"though record {rec.record_seq + 1} was "
+                                              r"written after a sync of the store"):
+        sarp.open(path, backend="wiredtiger")
+    assert {p.name: p.read_bytes() for p in path.iterdir() if p.is_file()} == files
+    journal_as_version(jpath, 6)
+    assert journal.read(FileIO(), jpath, last=True).flagged == 0
+    with sarp.open(path, backend="wiredtiger", snapshot_on_close=False) as index:
+        assert index.recovery["missing_segments"] == 1
+        assert check_match(index, 4) < full_blocks(4)
+
+
+@pytest.mark.parametrize("flags", [journal.STORE_DURABLE, 2])
+def test_a_record_flag_that_damage_set_fails_the_checksum(tmp_path: Path, flags: int) -> None:
+    """The checksum of a record is seeded with its flags: damage that sets the flag of an
+    unflagged record fails it, and so does an unknown flag with a matching checksum. Either
+    is a damaged record, cut as a torn tail where no sync is shown to have covered it."""
+    path = tmp_path / "i"
+    jpath, _ = flushed_then_lost(path)
+    raw = bytearray(jpath.read_bytes())
+    off = journal.read(FileIO(), jpath, last=True).offsets[3]
+    length = journal.RECORD_HEADER.unpack_from(raw, off)[0]
+    start = off + journal.RECORD_HEADER.size
+    digest = xxh64(bytes(raw[start:start + length]), flags) if flags != 1 else \
+        journal.RECORD_HEADER.unpack_from(raw, off)[2]
+    journal.RECORD_HEADER.pack_into(raw, off, length, flags, digest)
+    jpath.write_bytes(bytes(raw))
+    got = journal.read(FileIO(), jpath, last=True)
+    assert len(got.records) == 3 and got.torn_tail == len(raw) - off
+
+
+def test_a_format_6_journal_takes_records_without_flags(tmp_path: Path) -> None:
+    """An index appends to a format-6 journal in format 6: no flags, which a build that
+    reads only format 6 would take for damage."""
+    path = tmp_path / "i"
+    with sarp.open(path, backend="wiredtiger", snapshot_on_close=False, **CONFIG) as index:
+        insert(index, 0)
+    jpath = journal.files(path)[-1][1]
+    journal_as_version(jpath, 6)
+    with sarp.open(path, backend="wiredtiger", snapshot_on_close=False) as index:
+        insert(index, 1)
+        index.flush()
+        insert(index, 2)
+    assert journal.version_of(FileIO(), jpath) == 6
+    assert record_flags(jpath) == [0, 0, 0]
+    with sarp.open(path, backend="wiredtiger") as index:
+        assert_holds(index, 3)
+
+
+def test_damage_to_the_last_flushed_writes_of_a_flash_log_is_refused(tmp_path: Path) -> None:
+    """A flashlog index under ``none`` flushes (its WAL synced, then the journal's records
+    written, the last one flagged) and takes one more insert, unacknowledged; a power cut,
+    then random bytes over the WAL's bytes that the flush wrote. The flash log takes them for
+    a torn tail, as no later write shows them synced; the journal's flagged record proves its
+    segments durable, so the open refuses instead of serving the acknowledged inserts short."""
+    io = PowerLossIO(0)
+    path = tmp_path / "i"
+    index = open_through(io, path, "flashlog", durability="none", **CONFIG)
+    for i in range(3):
+        insert(index, i)
+    index.flush()
+    wal = max((path / "store").glob("wal.*"))
+    before = wal.stat().st_size
+    for i in range(3, 6):
+        insert(index, i)
+    index.flush()
+    end = wal.stat().st_size
+    insert(index, 6)  # not acknowledged
+    io.crash("drop")
+    assert wal.stat().st_size == end > before
+    raw = bytearray(wal.read_bytes())
+    raw[before:end] = np.random.default_rng(0).integers(0, 256, end - before, np.uint8).tobytes()
+    wal.write_bytes(bytes(raw))
+    with pytest.raises(CorruptionError, match="was written after a sync of the store"):
+        sarp.open(path, backend="flashlog", direct_io=False, snapshot_on_close=False)
