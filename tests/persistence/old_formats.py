@@ -1,6 +1,7 @@
 """An index directory rewritten as the formats before index ids wrote it (sarp.json format 2,
 snapshot version 2, journal version 3 or 2), snapshots as the versions before store probes,
-and journals as the versions before block counts, for the tests that read those formats."""
+and journals as the versions before block counts and record flags, for the tests that read those
+formats; and the record flags of a current journal."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from sarp import journal, snapshot
 from sarp._core.hashing import xxh64
+from storage_backends.io import FileIO
 
 #: bytes the index id adds to the snapshot and journal headers, after their first 32
 ID_BYTES = 8
@@ -59,6 +61,13 @@ def journal_as_version(path: Path, version: int) -> None:
         off = start + length
         moved[off] = len(out)
     path.write_bytes(bytes(out + raw[off:]))
+
+
+def record_flags(path: Path) -> list[int]:
+    """The flags of each record of journal ``path`` (format 7; 0 in the versions before)."""
+    raw = path.read_bytes()
+    return [journal.RECORD_HEADER.unpack_from(raw, off)[1]
+            for off in journal.read(FileIO(), path, last=True).offsets[:-1]]
 
 
 def snapshot_as_version(raw: bytes, version: int) -> bytes:

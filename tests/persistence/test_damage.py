@@ -18,7 +18,7 @@ from sarp.errors import ConfigMismatchError, CorruptionError, RecoveryError
 from storage_backends import open_store
 from storage_backends.io import FileIO
 
-from .old_formats import downgrade, journal_as_version
+from .old_formats import downgrade, journal_as_version, record_flags
 from .workload import CONFIG, assert_holds, check_match, full_blocks, insert, sequence
 
 B = CONFIG["block_size"]
@@ -130,13 +130,6 @@ def record_ends(jpath) -> list[int]:
         off += len(journal.encode_record(rec))
         ends.append(off)
     return ends
-
-
-def record_flags(jpath) -> list[int]:
-    """The flags of each record of journal ``jpath`` (format 7)."""
-    raw = jpath.read_bytes()
-    return [journal.RECORD_HEADER.unpack_from(raw, off)[1]
-            for off in journal.read(FileIO(), jpath, last=True).offsets[:-1]]
 
 
 @pytest.mark.parametrize("backend", ["wiredtiger", "flashlog", "odirect"])

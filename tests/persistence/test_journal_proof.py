@@ -19,7 +19,7 @@ from sarp.errors import CorruptionError
 from storage_backends import open_store
 from storage_backends.io import FileIO, PowerLossIO
 
-from .old_formats import journal_as_version
+from .old_formats import journal_as_version, record_flags
 from .power import killed, open_through, snapshot_cut_by_power
 from .workload import CONFIG, assert_holds, check_match, full_blocks, insert
 
@@ -121,13 +121,6 @@ def test_a_crash_before_the_relog_is_written_leaves_no_stored_id_to_allocate_aga
     monkeypatch.undo()
     with sarp.open(path, snapshot_on_close=False, **ODIRECT) as index:
         assert index.segments.next_id > max(stored)
-
-
-def record_flags(jpath: Path) -> list[int]:
-    """The flags of each record of journal ``jpath`` (format 7)."""
-    raw = jpath.read_bytes()
-    return [journal.RECORD_HEADER.unpack_from(raw, off)[1]
-            for off in journal.read(FileIO(), jpath, last=True).offsets[:-1]]
 
 
 def flushed_then_lost(path: Path) -> tuple[Path, journal.Record]:
