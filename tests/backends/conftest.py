@@ -11,11 +11,14 @@ import mmap
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from storage_backends import KINDS, RecordStore, open_store
+
+if TYPE_CHECKING:
+    from storage_backends.flashlog import FlashLogStore
 
 BUDGET = 8 << 20
 
@@ -126,3 +129,15 @@ def payload(key: int, size: int = 24) -> bytes:
     """A value that names its key: distinct per key and checkable after any round trip."""
     unit = key.to_bytes(8, "little")
     return (unit * (size // 8 + 1))[:size]
+
+
+def open_flashlog(path: Path, **options: Any) -> FlashLogStore:
+    """A flash-log store at ``path``: 4 instances, durability ``none`` and a 4 MiB budget
+    unless ``options`` say otherwise. (Imported here: a broken engine fails its own tests,
+    not the collection.)"""
+    from storage_backends.flashlog import FlashLogStore
+
+    options = {"memory_budget": 4 << 20, "instances": 4, "durability": "none", **options}
+    store = open_store("flashlog", path, **options)
+    assert isinstance(store, FlashLogStore)
+    return store

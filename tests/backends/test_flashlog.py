@@ -23,16 +23,9 @@ from storage_backends.flashlog import FlashLogStore
 from storage_backends.flashlog_log import BATCH_END, MAX_PAGE_KEYS, PUT, REC, PageLog
 from storage_backends.io import FileIO, PowerLossIO
 
+from .conftest import open_flashlog
+
 VALUE = 1576  # a full SARP segment record
-
-
-def _open(path: Path, **options: object) -> FlashLogStore:
-    options.setdefault("memory_budget", 4 << 20)
-    options.setdefault("instances", 4)
-    options.setdefault("durability", "none")
-    store = open_store("flashlog", path, **options)  # type: ignore[arg-type]
-    assert isinstance(store, FlashLogStore)
-    return store
 
 
 def _load(s: FlashLogStore, n: int, rng: random.Random) -> dict[int, bytes]:
@@ -45,7 +38,7 @@ def _load(s: FlashLogStore, n: int, rng: random.Random) -> dict[int, bytes]:
 
 def test_dram_under_4_bytes_per_key_and_one_block_per_get(tmp_path: Path) -> None:
     io = FileIO()
-    with _open(tmp_path / "s", io=io) as s:
+    with open_flashlog(tmp_path / "s", io=io) as s:
         values = _load(s, 20_000, random.Random(1))
         st = s.stats()
         assert st["log_records"] > 15_000
@@ -60,7 +53,7 @@ def test_dram_under_4_bytes_per_key_and_one_block_per_get(tmp_path: Path) -> Non
 
 
 def test_tombstone_shadows_older_pages(tmp_path: Path) -> None:
-    with _open(tmp_path / "s") as s:
+    with open_flashlog(tmp_path / "s") as s:
         values = _load(s, 3000, random.Random(3))
         k = next(iter(values))
         s.delete(k)
@@ -73,7 +66,7 @@ def test_tombstone_shadows_older_pages(tmp_path: Path) -> None:
 def test_compaction_bounds_the_log(tmp_path: Path) -> None:
     rng = random.Random(5)
     keys = list(range(2000))
-    with _open(tmp_path / "s") as s:
+    with open_flashlog(tmp_path / "s") as s:
         for _ in range(8):
             s.put_many((k, rng.randbytes(VALUE)) for k in keys)
         last = {k: rng.randbytes(VALUE) for k in keys}
@@ -82,7 +75,7 @@ def test_compaction_bounds_the_log(tmp_path: Path) -> None:
         assert st["compactions"] >= 1
         live = len(keys) * (VALUE + 13)
         assert st["log_record_bytes"] <= 2 * live + 4 * st["page_target_bytes"]
-    with _open(tmp_path / "s") as s:
+    with open_flashlog(tmp_path / "s") as s:
         assert dict(s.scan()) == last
         assert len(list((tmp_path / "s").glob("log.*"))) == 1
 
@@ -90,11 +83,11 @@ def test_compaction_bounds_the_log(tmp_path: Path) -> None:
 def test_recovery_reads_headers_not_records(tmp_path: Path) -> None:
     path = tmp_path / "s"
     # pages of 64 blocks: the buffered records (read back from the WAL) stay a small part
-    with _open(path, memory_budget=2 << 20) as s:
+    with open_flashlog(path, memory_budget=2 << 20) as s:
         values = _load(s, 5000, random.Random(6))
         pages = s.stats()["pages"]
     io = FileIO()
-    with _open(path, io=io, memory_budget=2 << 20) as s:
+    with open_flashlog(path, io=io, memory_budget=2 << 20) as s:
         st = io.stats()
         assert st["reads"] <= pages + 8
         assert st["bytes_read"] < 0.2 * len(values) * VALUE
@@ -103,10 +96,10 @@ def test_recovery_reads_headers_not_records(tmp_path: Path) -> None:
 
 
 def test_instances_are_fixed_at_creation(tmp_path: Path) -> None:
-    _open(tmp_path / "s", instances=8).close()
+    open_flashlog(tmp_path / "s", instances=8).close()
     with pytest.raises(ConfigMismatchError):
-        _open(tmp_path / "s", instances=16)
-    with _open(tmp_path / "s", instances=None) as s:
+        open_flashlog(tmp_path / "s", instances=16)
+    with open_flashlog(tmp_path / "s", instances=None) as s:
         assert s.stats()["instances"] == 8
 
 
@@ -116,11 +109,11 @@ def test_a_small_budget_makes_fewer_instances(tmp_path: Path, budget: int,
                                               instances: int) -> None:
     """Each instance keeps a page buffer of at least 4 blocks: a new store has as many as half
     its budget holds (64 at most, one at least), so that its buffers keep to the budget."""
-    with _open(tmp_path / "s", instances=None, memory_budget=budget) as s:
+    with open_flashlog(tmp_path / "s", instances=None, memory_budget=budget) as s:
         assert s.stats()["instances"] == instances
         _load(s, 300, random.Random(1))
         assert max(s._buffered) * s.stats()["instances"] <= max(budget // 2, 4 * 4096)
-    with _open(tmp_path / "s", instances=None, memory_budget=64 << 20) as s:
+    with open_flashlog(tmp_path / "s", instances=None, memory_budget=64 << 20) as s:
         assert s.stats()["instances"] == instances  # fixed at creation
 
 
@@ -167,7 +160,7 @@ def test_a_failed_compaction_removes_its_new_log_and_loses_nothing(
     rng = random.Random(7)
     keys = list(range(2000))
     last: dict[int, bytes] = {}
-    with _open(path, io=io) as s:
+    with open_flashlog(path, io=io) as s:
         io.armed = fail_at == "manifest"
         with pytest.raises(OSError, match="No space left"):
             for _ in range(8):
@@ -181,7 +174,7 @@ def test_a_failed_compaction_removes_its_new_log_and_loses_nothing(
             last = {k: rng.randbytes(VALUE) for k in keys}
             s.put_many(last.items())
         assert s.stats()["compactions"] >= 1
-    with _open(path) as s:
+    with open_flashlog(path) as s:
         assert dict(s.scan()) == last
         assert len(list(path.glob("log.*"))) == 1
 
@@ -196,7 +189,7 @@ def test_a_compaction_log_left_behind_is_started_empty(tmp_path: Path) -> None:
     io.failed, io.keep = [], ("log.2",)
     # sync: a compaction leaves out the records that buffered writes replace (every one is in
     # a synced WAL block), so the next one writes fewer pages than the one that failed
-    with _open(path, io=io, instances=1, memory_budget=1 << 20, durability="sync") as s:
+    with open_flashlog(path, io=io, instances=1, memory_budget=1 << 20, durability="sync") as s:
         size = s.stats()["page_target_bytes"] - 13  # one record fills one page
         value = [bytes([v]) * size for v in range(256)]
         last = {k: value[k] for k in range(10)}
@@ -217,7 +210,7 @@ def test_a_compaction_log_left_behind_is_started_empty(tmp_path: Path) -> None:
             s.put(v % 5, value[v])
             v += 1
         assert (path / "log.2").stat().st_size < left
-    with _open(path, instances=1, memory_budget=1 << 20) as s:
+    with open_flashlog(path, instances=1, memory_budget=1 << 20) as s:
         assert dict(s.scan()) == last
 
 
@@ -278,7 +271,7 @@ def test_a_compaction_whose_manifest_directory_sync_fails_stops_writes(
     assert sorted(p.name for p in path.glob("log.*")) == ["log.1", "log.2"]
     if not rename_survives:
         (path / "MANIFEST").write_bytes(before)
-    with _open(path) as s:
+    with open_flashlog(path) as s:
         got = dict(s.scan())
         assert sorted(got) == keys
         assert all(got[k] in (acked[k], batch[k]) for k in keys)
@@ -328,14 +321,14 @@ def test_a_wal_of_version_1_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     rng = random.Random(3)
     with monkeypatch.context() as m:
         m.setattr(flashlog_wal, "WAL_VERSION", 1)
-        with _open(tmp_path / "s") as s:
+        with open_flashlog(tmp_path / "s") as s:
             values = _load(s, 50, rng)
             s.put(1, b"last")  # stays in a page buffer: the WAL alone holds it
             values[1] = b"last"
             assert s.stats()["instances"] == 4
         wal, = (tmp_path / "s").glob("wal.*")
         assert wal.read_bytes()[4] == 1  # the version byte
-    with _open(tmp_path / "s") as s:
+    with open_flashlog(tmp_path / "s") as s:
         assert {k: s.get(k) for k in values} == values
 
 
@@ -344,37 +337,37 @@ def test_a_damaged_wal_number_is_corruption(byte: int, tmp_path: Path) -> None:
     """The WAL number in the header (bytes 8-15) picks the seed its checksum is checked with;
     a damaged one, however large, is a bad header (not an overflow of the 64-bit seed)."""
     path = tmp_path / "s"
-    with _open(path) as s:
+    with open_flashlog(path) as s:
         _load(s, 50, random.Random(10))
     (wal,) = path.glob("wal.*")
     data = bytearray(wal.read_bytes())
     data[byte] ^= 1
     wal.write_bytes(bytes(data))
     with pytest.raises(CorruptionError, match=f"{wal.name}: bad WAL header"):
-        _open(path)
+        open_flashlog(path)
 
 
 def test_a_store_without_its_wal_is_corruption(tmp_path: Path) -> None:
     """MANIFEST is written after the first WAL, so a store with MANIFEST and no WAL is damaged."""
     path = tmp_path / "s"
-    with _open(path) as s:
+    with open_flashlog(path) as s:
         _load(s, 50, random.Random(11))
     for wal in path.glob("wal.*"):
         wal.unlink()
     with pytest.raises(CorruptionError, match="MANIFEST but no WAL"):
-        _open(path)
+        open_flashlog(path)
 
 
 def test_a_wal_under_another_number_is_corruption(tmp_path: Path) -> None:
     """A WAL's header names its number: a WAL copied or renamed over another number is refused
     (its blocks would be checked with the other number's seeds)."""
     path = tmp_path / "s"
-    with _open(path) as s:
+    with open_flashlog(path) as s:
         _load(s, 50, random.Random(12))
     (newest,) = sorted(path.glob("wal.*"))[-1:]
     newest.rename(path / f"wal.{int(newest.name[4:]) + 5}")
     with pytest.raises(CorruptionError, match="its header names wal"):
-        _open(path)
+        open_flashlog(path)
 
 
 @pytest.mark.parametrize("payload, fault", [
@@ -389,12 +382,12 @@ def test_a_checksummed_manifest_of_bad_fields_is_corruption(
     from storage_backends.superblock import write_superblock
 
     path = tmp_path / "s"
-    with _open(path) as s:
+    with open_flashlog(path) as s:
         _load(s, 20, random.Random(13))
     body = payload if isinstance(payload, bytes) else _MANIFEST.pack(*payload)
     write_superblock(FileIO(), path / "MANIFEST", MANIFEST_MAGIC, body)
     with pytest.raises(CorruptionError, match=fault):
-        _open(path)
+        open_flashlog(path)
 
 
 @pytest.mark.parametrize("state", ["closed", "records in the WAL only", "empty, closed"])
@@ -416,7 +409,7 @@ def test_a_store_without_its_manifest_is_corruption(state: str, tmp_path: Path) 
         s.close()
     (path / "MANIFEST").unlink()
     with pytest.raises(CorruptionError, match="no MANIFEST, but .*wal"):
-        _open(path, instances=8)
+        open_flashlog(path, instances=8)
 
 
 @pytest.mark.parametrize("entries_synced", [False, True])
@@ -439,14 +432,14 @@ def test_a_creation_cut_short_is_started_again(cut_at: str, entries_synced: bool
 
     path = tmp_path / "s"
     with pytest.raises(OSError, match="power cut"):
-        _open(path, io=CutAt())
+        open_flashlog(path, io=CutAt())
     assert not (path / "MANIFEST").exists()
     # wal.1 is published (its directory synced) before MANIFEST.tmp is opened
     assert (path / "log.1").exists() == (entries_synced or cut_at == "MANIFEST.tmp")
-    with _open(path, instances=8) as s:
+    with open_flashlog(path, instances=8) as s:
         assert s.stats()["instances"] == 8
         s.put(1, b"x")
-    with _open(path, instances=None) as s:
+    with open_flashlog(path, instances=None) as s:
         assert s.get(1) == b"x"
 
 
@@ -478,7 +471,7 @@ def test_a_store_out_of_wal_numbers_refuses_writes_and_keeps_its_records(
     number (started by a write's rotation, or by a close) refuses every write before writing
     anything, and keeps every acknowledged record through any number of reopens."""
     path = tmp_path / "s"
-    with _open(path) as s:
+    with open_flashlog(path) as s:
         acked = _load(s, 300, random.Random(14))
         assert s._wal is not None
         s._wal.header.number = WAL_LIMIT - 2  # as after 16 million rotations
@@ -489,7 +482,7 @@ def test_a_store_out_of_wal_numbers_refuses_writes_and_keeps_its_records(
             assert (path / f"wal.{WAL_LIMIT - 1}").exists()
             _refused(s, "WAL", WAL_LIMIT, acked)
     for _ in range(2):
-        with _open(path) as s:
+        with open_flashlog(path) as s:
             assert [p.name for p in path.glob("wal.*")] == [f"wal.{WAL_LIMIT - 1}"]
             _refused(s, "WAL", WAL_LIMIT, acked)
 
@@ -504,7 +497,7 @@ def test_a_store_out_of_log_numbers_refuses_writes_and_keeps_its_records(
     monkeypatch.setattr(flashlog, "COMPACT_FLOOR", 0)
     path = tmp_path / "s"
     rng = random.Random(15)
-    with _open(path, instances=1, memory_budget=1) as s:  # pages of 4 blocks
+    with open_flashlog(path, instances=1, memory_budget=1) as s:  # pages of 4 blocks
         s._log.number = LOG_LIMIT - 2  # as after 8 million compactions (log still empty)
         acked: dict[int, bytes] = {}
         for _ in range(10):  # rewrites: garbage, until the compaction to the last log number
@@ -515,7 +508,7 @@ def test_a_store_out_of_log_numbers_refuses_writes_and_keeps_its_records(
                 break
         assert [p.name for p in path.glob("log.*")] == [f"log.{LOG_LIMIT - 1}"]
         _refused(s, "log", LOG_LIMIT, acked)
-    with _open(path, instances=1, memory_budget=1) as s:
+    with open_flashlog(path, instances=1, memory_budget=1) as s:
         _refused(s, "log", LOG_LIMIT, acked)
 
 
@@ -601,7 +594,7 @@ def test_a_put_many_whose_write_fails_leaves_the_store_as_it_was(
     io = _FailingWrite()
     options: dict[str, Any] = dict(durability=durability, instances=1, memory_budget=1 << 20)
     rng = random.Random(21)
-    s = _open(path, io=io, **options)
+    s = open_flashlog(path, io=io, **options)
     acked = _load(s, 500, rng)  # a page of ~330 records, the rest buffered
     # new keys first: a page of them that came back would show (the WAL replays the others)
     batch = {rng.getrandbits(64): rng.randbytes(VALUE) for _ in range(700)}
@@ -623,7 +616,7 @@ def test_a_put_many_whose_write_fails_leaves_the_store_as_it_was(
         io.crash("tear")
         with pytest.raises(OSError, match="simulated power loss"):
             s.close()
-    with _open(path, **options) as s:
+    with open_flashlog(path, **options) as s:
         assert dict(s.scan()) == acked
 
 
@@ -636,7 +629,7 @@ def test_blocks_a_failed_wal_write_left_are_not_read_after_a_shorter_one(
     nothing wrote."""
     path = tmp_path / "s"
     io = _FailingWrite()
-    s = _open(path, io=io, durability="sync")
+    s = open_flashlog(path, io=io, durability="sync")
     assert s._wal is not None
     cap = s._wal.cap  # stream bytes per WAL block; the batch starts a block
     forged = REC.pack(PUT, 666, 4) + b"evil" + REC.pack(BATCH_END, 0, 0)
@@ -649,7 +642,7 @@ def test_blocks_a_failed_wal_write_left_are_not_read_after_a_shorter_one(
     io.crash()  # no close: the next open reads this WAL
     with pytest.raises(OSError, match="simulated power loss"):
         s.close()
-    with _open(path) as s:
+    with open_flashlog(path) as s:
         assert dict(s.scan()) == {2: b"after"}
 
 
@@ -662,7 +655,7 @@ def test_a_delete_whose_write_fails_leaves_the_key(failing: str, tmp_path: Path)
     io = _FailingWrite()
     options: dict[str, Any] = dict(durability="sync", instances=1, memory_budget=1 << 20)
     acked = {k: bytes([k % 256]) for k in range(2 * MAX_PAGE_KEYS - 1)}
-    with _open(path, io=io, **options) as s:
+    with open_flashlog(path, io=io, **options) as s:
         s.put_many(acked.items())  # a page of MAX_PAGE_KEYS keys; a buffer one key short
         io.fail(failing)
         with pytest.raises(OSError, match="No space left"):
@@ -671,7 +664,7 @@ def test_a_delete_whose_write_fails_leaves_the_key(failing: str, tmp_path: Path)
         s.delete(1)
         del acked[1]
         assert dict(s.scan()) == acked
-    with _open(path, **options) as s:
+    with open_flashlog(path, **options) as s:
         assert dict(s.scan()) == acked
 
 
@@ -684,7 +677,7 @@ def test_a_batch_that_cannot_be_cut_from_the_log_stops_writes(tmp_path: Path) ->
     io = _FailingWrite()
     options: dict[str, Any] = dict(durability="sync", instances=1, memory_budget=1 << 20)
     rng = random.Random(22)
-    s = _open(path, io=io, **options)
+    s = open_flashlog(path, io=io, **options)
     acked = _load(s, 500, rng)
     batch = {rng.getrandbits(64): rng.randbytes(VALUE) for _ in range(1000)}
     io.fail("log.", skip=1)  # after a page of the batch was written
@@ -696,7 +689,7 @@ def test_a_batch_that_cannot_be_cut_from_the_log_stops_writes(tmp_path: Path) ->
         s.put(1, b"refused")
     assert dict(s.scan()) == acked
     s.close()
-    with _open(path, **options) as s:
+    with open_flashlog(path, **options) as s:
         got = dict(s.scan())
     assert {k: got.get(k) for k in acked} == acked
     assert all(got[k] == batch[k] for k in got.keys() - acked.keys())

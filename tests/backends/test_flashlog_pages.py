@@ -8,6 +8,7 @@ torn tails, a flipped byte inside a continuation block, and the DRAM and read co
 
 from __future__ import annotations
 
+import functools
 import random
 import struct
 from pathlib import Path
@@ -15,25 +16,18 @@ from pathlib import Path
 import pytest
 
 from sarp.errors import CorruptionError
-from storage_backends import open_store
-from storage_backends.flashlog import FlashLogStore
 from storage_backends.flashlog_log import _FIRST, _PAGE, EXACT, NO_START, PAGE_VERSION, REC
 from storage_backends.io import FileIO, PowerLossIO
+
+from .conftest import open_flashlog
 
 B = 4096
 AREA = B - 8 - 2  # record bytes of a data block
 # values around the block payload: fits exactly, one byte over, spans 2 and 3 blocks, large
 STRADDLING = [0, 40, 1576, AREA - REC.size - 1, AREA - REC.size, AREA - REC.size + 1, 4088,
               4096, 2 * AREA - REC.size, 2 * AREA - REC.size + 1, 3 * AREA + 100, 64 << 10]
-
-
-def _open(path: Path, **options: object) -> FlashLogStore:
-    options.setdefault("memory_budget", 1 << 20)
-    options.setdefault("instances", 4)
-    options.setdefault("durability", "none")
-    store = open_store("flashlog", path, **options)  # type: ignore[arg-type]
-    assert isinstance(store, FlashLogStore)
-    return store
+#: a flash-log store with a 1 MiB budget (``open_flashlog``'s other defaults)
+_open = functools.partial(open_flashlog, memory_budget=1 << 20)
 
 
 def _pages(path: Path) -> list[tuple[int, int, int, int, list[int]]]:
