@@ -22,6 +22,7 @@ from storage_backends.io import FileIO, PowerLossIO
 from storage_backends.memory import MemoryStore
 from storage_backends.superblock import read_superblock
 
+from ..kernels.reference import slot_copy_offset
 from .old_formats import snapshot_as_version
 from .power import open_through
 from .refusal import assert_open_refused
@@ -154,10 +155,9 @@ def _zero_slot(store: Path, slot: int) -> None:
     slot never written, laid out as HEADER says (docs/odirect_format.txt)."""
     header = read_superblock(FileIO(), store / "HEADER", odirect.HEADER_MAGIC)
     _, block, _, vbytes, extent, _, _ = odirect._HEADER.unpack(header)
-    e, i = divmod(slot, extent)
     with open(store / "slots.dat", "r+b") as fh:
         for copy in (0, 1):
-            fh.seek(e * extent * 2 * vbytes + (copy * extent + i) * vbytes)
+            fh.seek(slot_copy_offset(slot, copy, extent, vbytes))
             fh.write(bytes(block))
 
 
