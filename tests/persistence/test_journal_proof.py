@@ -167,6 +167,36 @@ def test_the_last_record_of_a_sync_proves_the_segments_of_the_records_up_to_it(
         assert check_match(index, 4) < full_blocks(4)
 
 
+def test_a_sync_writes_its_records_only_once_the_store_is_durable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the flag claims rests on order: at a journal sync the store's durable flush
+    returns before the queued records, the last one flagged, are written, and the journal's
+    fdatasync follows them."""
+    events: list[tuple[str, dict[str, Any]]] = []  # (call, its keyword arguments)
+    with sarp.open(tmp_path / "i", backend="wiredtiger", durability="group",
+                   snapshot_on_close=False, **CONFIG) as index:
+        for i in range(3):
+            insert(index, i)
+        jfile = index._journal._file
+
+        def logged(call: Any, event: str) -> Any:
+            def run(*args: Any, **kwargs: Any) -> Any:
+                result = call(*args, **kwargs)
+                events.append((event, kwargs))
+                return result
+            return run
+
+        for obj, name, event in [(index.store, "flush", "store flush"),
+                                 (jfile, "pwrite", "journal write"),
+                                 (jfile, "fdatasync", "journal sync")]:
+            monkeypatch.setattr(obj, name, logged(getattr(obj, name), event))
+        index.flush()
+        monkeypatch.undo()
+    assert events == [("store flush", {"durable": True}), ("journal write", {}),
+                      ("journal sync", {})]
+    assert record_flags(jfile.path) == [0, 0, journal.STORE_DURABLE]
+
+
 @pytest.mark.parametrize("flags", [journal.STORE_DURABLE, 2])
 def test_a_record_flag_that_damage_set_fails_the_checksum(tmp_path: Path, flags: int) -> None:
     """The checksum of a record is seeded with its flags: damage that sets the flag of an
