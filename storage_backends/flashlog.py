@@ -39,7 +39,7 @@ from storage_backends.flashlog_log import (
 )
 from storage_backends.flashlog_wal import NUMBER_LIMIT as WAL_NUMBER_LIMIT
 from storage_backends.flashlog_wal import Wal, WalHeader, read_wal, wal_path
-from storage_backends.io import FileIO, block_size
+from storage_backends.io import MIN_BLOCK, FileIO, block_size
 from storage_backends.superblock import read_superblock, write_superblock
 
 MANIFEST_MAGIC = b"SARPFLM1"
@@ -48,6 +48,7 @@ _MANIFEST = struct.Struct("<IIQQQQ")
 #: instances of a new store, unless half its memory budget cannot hold a page buffer of
 #: MIN_PAGE_BLOCKS blocks for each: then as many as it can, at least one
 DEFAULT_INSTANCES = 64
+MAX_INSTANCES = 1 << 16
 # Pages are sized by the memory budget: half of it holds one full page buffer per instance
 # (buffers fill in turn, so on average they hold a quarter), up to this many blocks. Larger
 # pages mean shorter chains (fewer filter probes and false positives per lookup) and less DRAM
@@ -82,7 +83,7 @@ class FlashLogStore(RecordStore):
                  io: FileIO | None = None):
         super().__init__(path, memory_budget, durability, direct_io)
         if instances is not None:
-            instances = check_int(instances, "instances", 1, 1 << 16)
+            instances = check_int(instances, "instances", 1, MAX_INSTANCES)
         self._io = check_io(io)
         with self._claim(self._io):
             self._lock = threading.RLock()
@@ -172,14 +173,15 @@ class FlashLogStore(RecordStore):
             return None
 
     def _read_manifest(self) -> tuple[int, ...]:
-        """MANIFEST's fields; a checksummed payload of another length, or with no instance or
-        no block size, is damage too."""
+        """MANIFEST's fields; a checksummed payload of another length, or with an instance
+        count or block size no store is created with, is damage too."""
         payload = read_superblock(self._io, self.path / "MANIFEST", MANIFEST_MAGIC)
         if len(payload) != _MANIFEST.size:
             raise BadLengthError(f"MANIFEST: payload of {len(payload)} bytes, expected "
                                  f"{_MANIFEST.size}")
         found = _MANIFEST.unpack(payload)
-        if found[0] < 1 or found[1] < 1:
+        ninst, blk = found[:2]
+        if not 1 <= ninst <= MAX_INSTANCES or blk < MIN_BLOCK or blk & (blk - 1):
             raise CorruptionError(f"MANIFEST: {found[0]} instances of {found[1]}-byte blocks")
         if max(found[2], found[4]) >= WAL_NUMBER_LIMIT:  # log numbers stay below it too
             raise CorruptionError(f"MANIFEST: log {found[2]} and WAL {found[4]}, numbers of "

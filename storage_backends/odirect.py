@@ -49,7 +49,7 @@ from sarp.errors import (
     UnsupportedVersionError,
 )
 from storage_backends.base import SALVAGE_HINT, RecordStore, check_io
-from storage_backends.io import FileIO, aligned_buffer, block_size, round_up
+from storage_backends.io import MIN_BLOCK, FileIO, aligned_buffer, block_size, round_up
 from storage_backends.superblock import read_superblock, write_superblock
 
 HEADER_MAGIC = b"SARPODH4"
@@ -126,6 +126,22 @@ def _bits(bits: bytes | bytearray, first: int, count: int) -> npt.NDArray[np.int
     out[:len(got)] = got
     return out
 
+
+
+def _check_layout(mode: int, blk: int, mvs: int, vbytes: int, extent: int) -> None:
+    """Refuse (CorruptionError) a HEADER whose checksum holds but whose layout no build
+    writes: a bug's or a foreign writer's, which would otherwise misplace every slot."""
+    faults = []
+    if mode >= len(KEY_MODES):
+        faults.append(f"key mode {mode}")
+    if blk < MIN_BLOCK or blk & (blk - 1):
+        faults.append(f"block size {blk}")
+    elif not mvs <= MAX_VALUE_SIZE or vbytes != round_up(mvs + VERSION_OVERHEAD, blk):
+        faults.append(f"{vbytes} version bytes for values of {mvs}")
+    if extent < 1:
+        faults.append(f"extent of {extent} slots")
+    if faults:
+        raise CorruptionError(f"HEADER: {', '.join(faults)}: a layout no build writes")
 
 class ODirectStore(RecordStore):
     """A slot file with two crash-safe versions per slot; see the module docstring."""
@@ -227,8 +243,7 @@ class ODirectStore(RecordStore):
             raise BadLengthError(f"HEADER: payload of {len(payload)} bytes, expected "
                                  f"{_HEADER.size}")
         mode, blk, mvs, vbytes, extent, clean, self._next_seq = _HEADER.unpack(payload)
-        if extent < 1:
-            raise BadLengthError(f"HEADER: extent of {extent} slots")
+        _check_layout(mode, blk, mvs, vbytes, extent)
         stored_mode = KEY_MODES[mode]
         if key_mode is not None and key_mode != stored_mode:
             raise ConfigMismatchError(f"key_mode={key_mode!r}, but the store at "

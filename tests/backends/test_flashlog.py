@@ -372,12 +372,15 @@ def test_a_wal_under_another_number_is_corruption(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("payload, fault", [
     (b"x", "payload of 1 bytes"), ((0, 4096, 1, 0, 0, 0), "0 instances"),
+    ((1 << 16 | 1, 4096, 1, 0, 0, 0), "65537 instances"), ((4, 1000, 1, 0, 0, 0), "1000-byte"),
+    ((4, 2048, 1, 0, 0, 0), "2048-byte"),
     ((1, 4096, 1 << 24, 0, 1, 0), "log 16777216"), ((1, 4096, 1, 0, 1 << 24, 0), "WAL 16777216")])
 def test_a_checksummed_manifest_of_bad_fields_is_corruption(
         tmp_path: Path, payload: bytes | tuple[int, ...], fault: str) -> None:
-    """MANIFEST passes its checksum but its payload has another length, no instance, or a log
-    or WAL number no writer gives: damage (a file made that way), raised by name instead of a
-    struct, division or overflow error."""
+    """MANIFEST passes its checksum but its payload has another length, an instance count or
+    block size no store is created with, or a log or WAL number no writer gives: damage (a
+    file made that way), raised by name instead of a struct, division or overflow error, or
+    of a fault found later in the files it would misread."""
     from storage_backends.flashlog import _MANIFEST, MANIFEST_MAGIC
     from storage_backends.superblock import write_superblock
 

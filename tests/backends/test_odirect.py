@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sarp.errors import ConfigMismatchError, UnsupportedVersionError
+from sarp.errors import ConfigMismatchError, CorruptionError, UnsupportedVersionError
 from storage_backends import odirect, open_store
 from storage_backends.io import FileIO
 from storage_backends.odirect import EXTENT_SLOTS, ODirectStore
@@ -187,6 +187,33 @@ def test_a_store_of_the_layout_before_extents_is_refused_by_name(tmp_path: Path)
     write_superblock(io, path / "HEADER", b"SARPODH2", payload)
     with pytest.raises(UnsupportedVersionError, match="older slot layout"):
         _open(path)
+
+
+
+@pytest.mark.parametrize("field, value, fault", [
+    (0, 2, "key mode 2"),
+    (1, 1000, "block size 1000"),
+    (1, 2048, "block size 2048"),
+    (3, 4096 * 3, "version bytes"),
+    (2, odirect.MAX_VALUE_SIZE + 1, "version bytes"),
+    (4, 0, "extent of 0 slots"),
+])
+def test_a_header_whose_layout_no_build_writes_is_corruption(tmp_path: Path, field: int,
+                                                             value: int, fault: str) -> None:
+    """A HEADER that passes its checksum but names a layout no build writes (a bug's, or a
+    foreign writer's) is refused at open, naming the field, and no file is changed."""
+    path = tmp_path / "s"
+    with _open(path, key_mode="dense") as s:
+        s.put(1, b"v")
+    io = FileIO()
+    fields = list(odirect._HEADER.unpack(read_superblock(io, path / "HEADER",
+                                                         odirect.HEADER_MAGIC)))
+    fields[field] = value
+    write_superblock(io, path / "HEADER", odirect.HEADER_MAGIC, odirect._HEADER.pack(*fields))
+    before = {p.name: p.read_bytes() for p in path.iterdir()}
+    with pytest.raises(CorruptionError, match=f"HEADER: .*{fault}"):
+        _open(path)
+    assert {p.name: p.read_bytes() for p in path.iterdir()} == before
 
 
 # slot by slot (an extent is larger than a read); one extent per read; three, then the last;

@@ -49,8 +49,12 @@ def flip(path, offset: int) -> None:
     path.write_bytes(bytes(raw))
 
 
+#: the fault a damage names, where the test pins it
+SNAPSHOT_FAULTS = {"magic": "not a snapshot", "cut-in-header": "shorter than a snapshot header"}
+
+
 @pytest.mark.parametrize("damage", ["truncate", "flip-body", "flip-header", "version", "config",
-                                    "table"])
+                                    "table", "magic", "cut-in-header"])
 def test_damaged_newest_snapshot_falls_back_to_the_previous_one(tmp_path, damage):
     path = tmp_path / "i"
     build(path, 0, 30, snapshots_at={9, 19})
@@ -58,6 +62,10 @@ def test_damaged_newest_snapshot_falls_back_to_the_previous_one(tmp_path, damage
     raw = snap.read_bytes()
     if damage == "truncate":
         snap.write_bytes(raw[: len(raw) // 2])
+    elif damage == "magic":
+        flip(snap, 0)
+    elif damage == "cut-in-header":  # past the fixed fields, short of the version's header
+        snap.write_bytes(raw[:snapshot.HEADERS[snapshot.VERSION].size + 7])
     elif damage == "flip-body":
         flip(snap, len(raw) // 2)
     elif damage == "flip-header":
@@ -79,6 +87,7 @@ def test_damaged_newest_snapshot_falls_back_to_the_previous_one(tmp_path, damage
     report = assert_all_match(path, 30)
     assert report["snapshot"] != snap.name and report["snapshot"] is not None
     assert len(report["faults"]) == 1 and snap.name in report["faults"][0]
+    assert SNAPSHOT_FAULTS.get(damage, "") in report["faults"][0]
 
 
 def test_after_a_fallback_the_next_snapshot_keeps_a_usable_one(tmp_path):
