@@ -91,7 +91,7 @@ class Index:
         self.index_id = index_id
         self.store = store
         self.io = io or FileIO()
-        self.segments = SegmentStore(store, config.meta_width)
+        self.segments = SegmentStore(store, config.meta_width, config.segment_blocks)
         self.directory = RoutingDirectory(config)
         self.epoch = 0  # the newest snapshot's sequence number (0: none yet)
         self.record_seq = 0

@@ -44,9 +44,11 @@ def join_rows(parts: Iterable[np.ndarray]) -> bytearray:
 class SegmentStore:
     """Reads and writes segment records; allocates segment ids."""
 
-    def __init__(self, store: RecordStore, meta_width: int, next_id: int = 0):
+    def __init__(self, store: RecordStore, meta_width: int, segment_blocks: int,
+                 next_id: int = 0):
         self.store = store
         self.meta_width = meta_width
+        self.segment_blocks = segment_blocks
         self._next_id = next_id
         self._alloc_lock = threading.Lock()
         #: segment writes, begun and registered (see ``sarp.matched_prefix``)
@@ -89,13 +91,21 @@ class SegmentStore:
         """The segment record ``raw`` stored under ``key``, decoded and checked against both:
         a record that passes its checksum but names another id or metadata width (another
         index's, or one put under the wrong key) raises CorruptionError, never served, and
-        never extended under an id the allocator hands out again."""
+        never extended under an id the allocator hands out again. So does one that no insert
+        of this index writes: no block, more than a window's, or a start off a window
+        boundary (a bug's, or another configuration's)."""
         seg = decode_segment(raw)
         if seg.segment_id != key or seg.meta_width != self.meta_width:
             raise CorruptionError(
                 f"segment record under key {key} names segment {seg.segment_id} with "
                 f"{seg.meta_width}-byte metadata; this index stores segment {key} with "
                 f"{self.meta_width}-byte metadata (a record of another index, or misplaced)")
+        S = self.segment_blocks
+        if not 0 < seg.block_count <= S or seg.start % S:
+            raise CorruptionError(
+                f"segment record under key {key} holds {seg.block_count} blocks from block "
+                f"{seg.start}; this index's segments hold 1 to {S} blocks from a multiple of "
+                f"{S}")
         return seg
 
     def encode_new(self, start: int, block_ids: np.ndarray,

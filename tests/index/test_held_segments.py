@@ -42,7 +42,7 @@ def keys_read(store) -> list[int]:
 
 def test_a_holder_serves_current_copies_and_reads_the_rest(tmp_path):
     store = MemoryStore(tmp_path / "s")
-    segs = SegmentStore(store, meta_width=8)
+    segs = SegmentStore(store, meta_width=8, segment_blocks=64)
     ids = np.arange(1, 7, dtype=np.uint64)
     meta = np.zeros((6, 8), np.uint8)
     a, raw_a = segs.encode_new(0, ids[:3], meta[:3])
@@ -66,7 +66,7 @@ def test_a_holder_serves_current_copies_and_reads_the_rest(tmp_path):
 
 def test_a_match_holds_the_segments_of_its_latest_window_only(tmp_path):
     store = MemoryStore(tmp_path / "s")
-    segs = SegmentStore(store, meta_width=8)
+    segs = SegmentStore(store, meta_width=8, segment_blocks=64)
     meta = np.zeros((2, 8), np.uint8)
     made = [segs.encode_new(start, np.arange(start + 1, start + 3, dtype=np.uint64), meta)
             for start in (0, 0, 64)]

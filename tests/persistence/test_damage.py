@@ -879,6 +879,35 @@ def test_a_checksummed_segment_record_of_another_id_or_width_is_never_served(tmp
         sarp.rebuild(path)
 
 
+
+@pytest.mark.parametrize("blocks, start", [(0, 0), (65, 0), (10, 5)])
+def test_a_checksummed_segment_record_no_insert_writes_is_never_served(tmp_path, blocks, start):
+    """A whole, checksummed record of this index's id and width that no insert writes (no
+    block, more than a window's, or a start off a window boundary: a bug's, or another
+    configuration's) is refused by the match that reads it, and by the roll-forward of an
+    open that finds it past the last journaled segment, instead of being placed."""
+    path = tmp_path / "i"
+    build(path, 0, 6)
+    with sarp.open(path, backend="wiredtiger") as index:
+        width = index.segments.meta_width
+        nxt = index.segments.next_id
+
+        def bogus(sid):
+            return segment_codec.encode_segment(sid, start, np.arange(1, blocks + 1,
+                                                                       dtype=np.uint64),
+                                                np.zeros((blocks, width), np.uint8), width)
+        good = index.store.get(0)
+        assert good is not None
+        index.store.put(0, bogus(0))
+        with pytest.raises(CorruptionError, match=f"under key 0 holds {blocks} blocks from "
+                                                  f"block {start}"):
+            index.match(tokens=sequence(0), max_retrieval=0)
+        index.store.put(0, good)
+        index.store.put(nxt, bogus(nxt))
+    with pytest.raises(CorruptionError, match=f"under key {nxt} holds {blocks} blocks"):
+        sarp.open(path, backend="wiredtiger")
+
+
 def test_an_open_index_serves_after_its_snapshot_file_is_overwritten(tmp_path):
     """Recovery reads the snapshot into a buffer of the index's own: a copy over the file
     while the index is open (a restore from a backup) cannot reach the posting lists it

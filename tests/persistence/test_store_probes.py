@@ -44,7 +44,7 @@ def build(path: Path, n: int, backend: str, **options) -> None:
 
 
 def test_probes_are_the_newest_writes_and_the_highest_id(tmp_path):
-    segs = SegmentStore(MemoryStore(tmp_path / "s"), meta_width=8)
+    segs = SegmentStore(MemoryStore(tmp_path / "s"), meta_width=8, segment_blocks=64)
     assert segs.probes().shape == (0, 2)
     meta = np.zeros((4, 8), np.uint8)
     made = [segs.encode_new(0, np.arange(k, k + 2, dtype=np.uint64), meta[:2])
