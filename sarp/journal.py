@@ -374,6 +374,9 @@ def _records(raw: bytes, name: str,
             raise RecoveryError(f"{name}: record at offset {off} has a bad segment count")
         fields = body.unpack_from(payload, PAYLOAD_HEADER.size)
         ids, counts = list(fields[:n]), list(fields[n:]) if version >= HAS_COUNTS else None
+        if ids and max(ids) >= next_id:  # ids are allocated before their record is written
+            raise RecoveryError(f"{name}: record at offset {off} names segment {max(ids)}, "
+                                f"not below its next segment id {next_id}")
         off = start + length
         yield Record(seq, next_id, blocks, ids, counts), 8 * synced, off, flags
 

@@ -362,7 +362,7 @@ def test_journal_writes_behind_once_enough_records_wait(tmp_path):
     path = tmp_path / journal.FILES.name(0)
     w = journal.JournalWriter(FileIO(), path, 0, 0, index_id=7)
     header = path.stat().st_size
-    rec = journal.Record(1, 2, 3, [0, 1, 2, 3], [9] * 4)
+    rec = journal.Record(1, 4, 3, [0, 1, 2, 3], [9] * 4)
     size = len(journal.encode_record(rec))
     per_write = -(-journal.WRITE_BEHIND // size)
     for _ in range(per_write - 1):
@@ -517,11 +517,12 @@ def test_a_damaged_store_kind_marker_is_corruption(tmp_path):
     ("count", "has a bad segment count"),
     ("huge count", "has a bad segment count"),
     ("padding", "has a bad segment count"),
+    ("next id", "not below its next segment id"),
 ])
 def test_a_damaged_journal_is_refused_naming_file_and_fault(tmp_path, damage, fault):
     """A journal that is not one (cut inside its header, another format version) or holds a
-    checksummed record whose segment count disagrees with its length, or whose padding is
-    not zero, is never replayed."""
+    checksummed record whose segment count disagrees with its length, whose padding is not
+    zero, or whose next segment id is not past its segments', is never replayed."""
     path = tmp_path / "i"
     build(path, 0, 12, snapshots_at={5})
     jpath = journal.files(path)[-1][1]
@@ -537,7 +538,9 @@ def test_a_damaged_journal_is_refused_naming_file_and_fault(tmp_path, damage, fa
         payload = bytearray(raw[start:start + length])
         seq, next_id, blocks, n, synced = journal.PAYLOAD_HEADER.unpack_from(payload)
         assert n % 2 == 1 and payload[-4:] == bytes(4)
-        n = {"count": n + 1, "huge count": (1 << 32) - 1, "padding": n}[damage]
+        n = {"count": n + 1, "huge count": (1 << 32) - 1}.get(damage, n)
+        if damage == "next id":  # the record's own first segment, not below it
+            next_id = struct.unpack_from("<Q", payload, journal.PAYLOAD_HEADER.size)[0]
         journal.PAYLOAD_HEADER.pack_into(payload, 0, seq, next_id, blocks, n, synced)
         payload[-1] |= damage == "padding"
         head = journal.RECORD_HEADER.pack(length, 0, xxh64(bytes(payload)))
