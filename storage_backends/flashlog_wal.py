@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sarp.errors import CorruptionError
 from storage_backends.blockframe import SEAL, intact, seal
-from storage_backends.flashlog_log import BATCH_END, REC
+from storage_backends.flashlog_log import BATCH_END, PUT, REC, TOMBSTONE
 from storage_backends.io import FileIO, aligned_buffer
 
 WAL_MAGIC = 0x4C574C46  # b"FLWL" little-endian
@@ -173,6 +173,9 @@ def read_wal(io: FileIO, path: Path,
     while blk < nblocks and intact(data, blk * block, block, _seed(number, blk)):
         off = blk * block
         used = head.unpack_from(data, off)[0]
+        if used > block - SEAL - head.size:
+            raise CorruptionError(f"{path.name}: block {blk} says it holds {used} bytes, more "
+                                  "than a block's stream holds")
         stream += data[off + head.size:off + head.size + used]
         blk += 1
     for later in range(blk + 1, nblocks):
@@ -180,16 +183,19 @@ def read_wal(io: FileIO, path: Path,
         if intact(data, off, block, _seed(number, later)) and (
                 version == 1 or head.unpack_from(data, off)[1] > blk):
             raise CorruptionError(f"{path.name}: block {blk} is damaged inside the log")
-    return header, _batches(stream), blk
+    return header, _batches(stream, path.name), blk
 
 
-def _batches(stream: bytearray) -> list[list[tuple]]:
-    """Split a record stream into complete batches of (type, key, value)."""
+def _batches(stream: bytearray, name: str) -> list[list[tuple]]:
+    """Split a record stream into complete batches of (type, key, value). The stream is of
+    checksummed blocks only, so a record type no writer gives is damage, never a torn tail."""
     batches: list[list[tuple]] = []
     batch: list[tuple] = []
     pos = 0
     while pos + REC.size <= len(stream):
         t, k, n = REC.unpack_from(stream, pos)
+        if t not in (PUT, TOMBSTONE, BATCH_END):
+            raise CorruptionError(f"{name}: a record of type {t} at byte {pos} of the stream")
         if pos + REC.size + n > len(stream):
             break
         if t == BATCH_END:

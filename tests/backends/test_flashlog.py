@@ -393,6 +393,37 @@ def test_a_checksummed_manifest_of_bad_fields_is_corruption(
         open_flashlog(path)
 
 
+
+@pytest.mark.parametrize("fault", ["stream length", "record type"])
+def test_a_checksummed_wal_block_that_breaks_its_format_is_corruption(fault: str,
+                                                                      tmp_path: Path) -> None:
+    """A WAL block that passes its checksum but claims more stream bytes than a block holds,
+    or carries a record type no writer gives, raises CorruptionError at open: replayed, its
+    bytes would be taken for records (an unknown type for a put)."""
+    from storage_backends.blockframe import seal
+    from storage_backends.flashlog_wal import _BLOCK_HEAD, _seed
+
+    path = tmp_path / "s"
+    with open_flashlog(path) as s:
+        _load(s, 20, random.Random(14))  # buffered at the close: the new WAL's first blocks
+        B = s._block
+    (wal,) = sorted(path.glob("wal.*"))[-1:]
+    data = bytearray(wal.read_bytes())
+    head = _BLOCK_HEAD[2]
+    used, synced = head.unpack_from(data, B)
+    assert used > 0
+    if fault == "stream length":
+        head.pack_into(data, B, B, synced)
+        expect = "says it holds"
+    else:
+        data[B + head.size] = 9  # the type of the stream's first record
+        expect = "a record of type 9"
+    seal(data, B, B, _seed(int(wal.name[4:]), 1))
+    wal.write_bytes(bytes(data))
+    with pytest.raises(CorruptionError, match=f"{wal.name}: .*{expect}"):
+        open_flashlog(path)
+
+
 @pytest.mark.parametrize("state", ["closed", "records in the WAL only", "empty, closed"])
 def test_a_store_without_its_manifest_is_corruption(state: str, tmp_path: Path) -> None:
     """A directory holding a store's log or WAL files but no MANIFEST is not taken for a new
