@@ -249,10 +249,15 @@ class PageLog:
         blk, n = blocks
         stream, begin = self._areas(self._read_blocks(blk, n), n)
         for pos, t, k, size in self._walk(stream, begin):
-            if k == key:
-                if pos + REC.size + size > len(stream):
+            if pos + REC.size + size > len(stream):
+                # another key's large record may go on past the blocks this key can be in;
+                # this key's own, or any record at the page's end, may not
+                start, nb, _ = chain.page(j)
+                if k == key or blk + n == start + nb:
                     raise CorruptionError(f"{self.path.name}: record at block {blk} runs past "
                                           "the blocks its fences allow")
+                return None
+            if k == key:
                 return t, bytes(memoryview(stream)[pos + REC.size:pos + REC.size + size])
         return None
 

@@ -240,7 +240,8 @@ def _first_record(values: dict[int, bytes], data: bytearray) -> tuple[int, int]:
 def test_a_checksummed_page_that_breaks_its_format_is_corruption(fault: str,
                                                                  tmp_path: Path) -> None:
     """Blocks that pass their checksums but whose content breaks the page format raise
-    CorruptionError at the get that reads them: never a value cut from the wrong bytes."""
+    CorruptionError at every get that reads them: never a value cut from the wrong bytes, nor
+    a key read as absent because a damaged record hid it."""
     path = tmp_path / "s"
     log, values = _one_page_store(path)
     data = bytearray(log.read_bytes())
@@ -256,9 +257,10 @@ def test_a_checksummed_page_that_breaks_its_format_is_corruption(fault: str,
         expect = "runs past the blocks"
     _reseal(log, data, 1)
     with _open(path, instances=1) as s:
-        with pytest.raises(CorruptionError, match=expect):
-            s.get(key)
-        assert s._buffers == [{}]  # the get read the page, not a buffer
+        for k in (key, *values):  # the damaged record's key, then every key of the page
+            with pytest.raises(CorruptionError, match=expect):
+                s.get(k)
+        assert s._buffers == [{}]  # the gets read the page, not a buffer
 
 
 def test_a_log_cut_while_open_is_corruption_at_the_read(tmp_path: Path) -> None:
