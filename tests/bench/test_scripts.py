@@ -185,3 +185,20 @@ def test_replay_overhead_times_both_counter_sets_on_a_small_trace(tmp_path, caps
 ])
 def test_replay_overhead_refuses_bad_values_naming_the_argument(capsys, args, says):
     assert says in refusal(capsys, "replay_overhead", args)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--rounds", "0"], "argument --rounds: '0' is not a positive integer"),
+    (["--file-mib", "-1"], "argument --file-mib: '-1' is not a positive integer"),
+    (["--dir", "/nonexistent/dir"], "argument --dir: '/nonexistent/dir' is not a directory"),
+])
+def test_device_queue_refuses_bad_values_naming_the_argument(capsys, args, says):
+    assert says in refusal(capsys, "device_queue", args)
+
+
+def test_device_queue_prints_a_row_per_read_count(tmp_path, capsys):
+    script("device_queue").main(["--dir", str(tmp_path), "--rounds", "3", "--file-mib", "1"])
+    rows = capsys.readouterr().out.splitlines()[2:]
+    assert [r.split(" | ")[0] for r in rows] == ["| 1", "| 2", "| 3", "| 4"]
+    assert all(float(r.split(" | ")[3].rstrip(" |")) > 0 for r in rows)
+    assert list(tmp_path.iterdir()) == []  # its file and directory are gone
