@@ -127,7 +127,6 @@ def _bits(bits: bytes | bytearray, first: int, count: int) -> npt.NDArray[np.int
     return out
 
 
-
 def _check_layout(mode: int, blk: int, mvs: int, vbytes: int, extent: int) -> None:
     """Refuse (CorruptionError) a HEADER whose checksum holds but whose layout no build
     writes: a bug's or a foreign writer's, which would otherwise misplace every slot."""
@@ -142,6 +141,7 @@ def _check_layout(mode: int, blk: int, mvs: int, vbytes: int, extent: int) -> No
         faults.append(f"extent of {extent} slots")
     if faults:
         raise CorruptionError(f"HEADER: {', '.join(faults)}: a layout no build writes")
+
 
 class ODirectStore(RecordStore):
     """A slot file with two crash-safe versions per slot; see the module docstring."""
