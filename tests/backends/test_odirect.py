@@ -189,7 +189,6 @@ def test_a_store_of_the_layout_before_extents_is_refused_by_name(tmp_path: Path)
         _open(path)
 
 
-
 @pytest.mark.parametrize("field, value, fault", [
     (0, 2, "key mode 2"),
     (1, 1000, "block size 1000"),

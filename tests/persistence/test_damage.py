@@ -882,13 +882,13 @@ def test_a_checksummed_segment_record_of_another_id_or_width_is_never_served(tmp
         sarp.rebuild(path)
 
 
-
 @pytest.mark.parametrize("blocks, start", [(0, 0), (65, 0), (10, 5)])
 def test_a_checksummed_segment_record_no_insert_writes_is_never_served(tmp_path, blocks, start):
     """A whole, checksummed record of this index's id and width that no insert writes (no
     block, more than a window's, or a start off a window boundary: a bug's, or another
     configuration's) is refused by the match that reads it, and by the roll-forward of an
-    open that finds it past the last journaled segment, instead of being placed."""
+    open that finds it past the last journaled segment, instead of being placed: that open
+    changes none of the index's files."""
     path = tmp_path / "i"
     build(path, 0, 6)
     with sarp.open(path, backend="wiredtiger") as index:
@@ -907,8 +907,8 @@ def test_a_checksummed_segment_record_no_insert_writes_is_never_served(tmp_path,
             index.match(tokens=sequence(0), max_retrieval=0)
         index.store.put(0, good)
         index.store.put(nxt, bogus(nxt))
-    with pytest.raises(CorruptionError, match=f"under key {nxt} holds {blocks} blocks"):
-        sarp.open(path, backend="wiredtiger")
+    assert_open_refused(path, CorruptionError, f"under key {nxt} holds {blocks} blocks",
+                        backend="wiredtiger")
 
 
 def test_an_open_index_serves_after_its_snapshot_file_is_overwritten(tmp_path):
