@@ -50,15 +50,6 @@ def test_lagging_worker_names_an_unknown_workload_and_the_choices(capsys):
     assert "check_workload" not in err
 
 
-@pytest.mark.parametrize("args, says", [
-    (["bogus"], "argument workloads: unknown workload 'bogus'"),
-    (["trace/magagent", "--backends", "floppy"], "argument --backends: unknown backend 'floppy'"),
-    (["trace/magagent", "--repeat", "0"], "argument --repeat: '0' is not a positive integer"),
-])
-def test_worker_thread_refuses_bad_values_naming_the_argument(capsys, args, says):
-    assert says in refusal(capsys, "worker_thread", args)
-
-
 def test_worker_thread_compares_both_modes_on_a_small_trace(tmp_path, capsys):
     trace = small_trace(tmp_path, 16)
     script("worker_thread").main([f"mooncake:{trace}", "--repeat", "1"])
@@ -91,15 +82,6 @@ def test_hot_prefix_lists_every_copy_under_the_shared_keys(tmp_path):
     assert all(r["match_us"] > 0 and r["insert_us"] > 0 for r in rows)
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--requests", "0"], "argument --requests: '0' is not a positive integer"),
-    (["--prefix-blocks", "-1"], "argument --prefix-blocks: '-1' is not a positive integer"),
-    (["--prefix-blocks", "128"], "argument --prefix-blocks: 128 ends on a window boundary"),
-])
-def test_hot_prefix_refuses_bad_values_naming_the_argument(capsys, args, says):
-    assert says in refusal(capsys, "hot_prefix", args)
-
-
 @pytest.mark.parametrize("option, value, says", [
     ("--records", "-5", "'-5' is not a positive integer"),
     ("--sizes", "0", "'0' is not a positive integer"),
@@ -128,19 +110,38 @@ def test_threads_profile_refuses_bad_values_naming_the_option(capsys, option, va
     assert f"argument {option}: " in err and says in err
 
 
+@pytest.mark.parametrize("name, args, says", [
+    ("worker_thread", ["bogus"], "argument workloads: unknown workload 'bogus'"),
+    ("worker_thread", ["trace/magagent", "--backends", "floppy"],
+     "argument --backends: unknown backend 'floppy'"),
+    ("worker_thread", ["trace/magagent", "--repeat", "0"],
+     "argument --repeat: '0' is not a positive integer"),
+    ("hot_prefix", ["--requests", "0"], "argument --requests: '0' is not a positive integer"),
+    ("hot_prefix", ["--prefix-blocks", "-1"],
+     "argument --prefix-blocks: '-1' is not a positive integer"),
+    ("hot_prefix", ["--prefix-blocks", "128"],
+     "argument --prefix-blocks: 128 ends on a window boundary"),
+    ("repeat_stability", ["--min-times", "0,-1"],
+     "argument --min-times: '-1' must be non-negative and finite"),
+    ("repeat_stability", ["--runs", "0"], "argument --runs: '0' is not a positive integer"),
+    ("repeat_stability", ["--baseline", "sarp"], "argument --baseline: invalid choice: 'sarp'"),
+    ("repeat_stability", ["--backends", "floppy"],
+     "argument --backends: unknown backend 'floppy'"),
+    ("replay_overhead", ["bogus"], "argument workload: unknown workload 'bogus'"),
+    ("replay_overhead", ["trace/magagent", "--repeat", "0"],
+     "argument --repeat: '0' is not a positive integer"),
+    ("device_queue", ["--rounds", "0"], "argument --rounds: '0' is not a positive integer"),
+    ("device_queue", ["--file-mib", "-1"], "argument --file-mib: '-1' is not a positive integer"),
+    ("device_queue", ["--dir", "/nonexistent/dir"],
+     "argument --dir: '/nonexistent/dir' is not a directory"),
+])
+def test_scripts_refuse_bad_values_naming_the_argument(capsys, name, args, says):
+    assert says in refusal(capsys, name, args)
+
+
 def test_backends_benchmark_refuses_an_out_that_is_a_file(tmp_path, capsys):
     (tmp_path / "f").write_text("x")
     assert "argument --out: " in refusal(capsys, "backends", ["--out", str(tmp_path / "f")])
-
-
-@pytest.mark.parametrize("args, says", [
-    (["--min-times", "0,-1"], "argument --min-times: '-1' must be non-negative and finite"),
-    (["--runs", "0"], "argument --runs: '0' is not a positive integer"),
-    (["--baseline", "sarp"], "argument --baseline: invalid choice: 'sarp'"),
-    (["--backends", "floppy"], "argument --backends: unknown backend 'floppy'"),
-])
-def test_repeat_stability_refuses_bad_values_naming_the_argument(capsys, args, says):
-    assert says in refusal(capsys, "repeat_stability", args)
 
 
 def test_repeat_stability_prints_each_runs_ratio_and_the_spread(capsys):
@@ -177,23 +178,6 @@ def test_replay_overhead_times_both_counter_sets_on_a_small_trace(tmp_path, caps
     for line, counters in zip(lines[1:], (3, 7), strict=True):
         assert line.strip().startswith(f"{counters} counters per match: ")
         assert float(line.split(": ")[1].split()[0]) > 0
-
-
-@pytest.mark.parametrize("args, says", [
-    (["bogus"], "argument workload: unknown workload 'bogus'"),
-    (["trace/magagent", "--repeat", "0"], "argument --repeat: '0' is not a positive integer"),
-])
-def test_replay_overhead_refuses_bad_values_naming_the_argument(capsys, args, says):
-    assert says in refusal(capsys, "replay_overhead", args)
-
-
-@pytest.mark.parametrize("args, says", [
-    (["--rounds", "0"], "argument --rounds: '0' is not a positive integer"),
-    (["--file-mib", "-1"], "argument --file-mib: '-1' is not a positive integer"),
-    (["--dir", "/nonexistent/dir"], "argument --dir: '/nonexistent/dir' is not a directory"),
-])
-def test_device_queue_refuses_bad_values_naming_the_argument(capsys, args, says):
-    assert says in refusal(capsys, "device_queue", args)
 
 
 def test_device_queue_prints_a_row_per_read_count(tmp_path, capsys):
