@@ -393,7 +393,6 @@ def test_a_checksummed_manifest_of_bad_fields_is_corruption(
         open_flashlog(path)
 
 
-
 @pytest.mark.parametrize("fault", ["stream length", "record type"])
 def test_a_checksummed_wal_block_that_breaks_its_format_is_corruption(fault: str,
                                                                       tmp_path: Path) -> None:
