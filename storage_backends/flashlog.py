@@ -39,7 +39,7 @@ from storage_backends.flashlog_log import (
 )
 from storage_backends.flashlog_wal import NUMBER_LIMIT as WAL_NUMBER_LIMIT
 from storage_backends.flashlog_wal import Wal, WalHeader, read_wal, wal_path
-from storage_backends.io import MIN_BLOCK, FileIO, block_size
+from storage_backends.io import FileIO, block_size, is_block_size
 from storage_backends.superblock import read_superblock, write_superblock
 
 MANIFEST_MAGIC = b"SARPFLM1"
@@ -181,8 +181,8 @@ class FlashLogStore(RecordStore):
                                  f"{_MANIFEST.size}")
         found = _MANIFEST.unpack(payload)
         ninst, blk = found[:2]
-        if not 1 <= ninst <= MAX_INSTANCES or blk < MIN_BLOCK or blk & (blk - 1):
-            raise CorruptionError(f"MANIFEST: {found[0]} instances of {found[1]}-byte blocks")
+        if not 1 <= ninst <= MAX_INSTANCES or not is_block_size(blk):
+            raise CorruptionError(f"MANIFEST: {ninst} instances of {blk}-byte blocks")
         if max(found[2], found[4]) >= WAL_NUMBER_LIMIT:  # log numbers stay below it too
             raise CorruptionError(f"MANIFEST: log {found[2]} and WAL {found[4]}, numbers of "
                                   f"at least {WAL_NUMBER_LIMIT}")

@@ -35,10 +35,22 @@ SECTOR = 512
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 
 
+def is_block_size(n: int) -> bool:
+    """Whether ``n`` is a block size a store is made with (``block_size``): a power of two,
+    at least MIN_BLOCK. A store's header naming another is damage."""
+    return n >= MIN_BLOCK and n & (n - 1) == 0
+
+
 def block_size(path: str | Path) -> int:
-    """The I/O unit for files under directory ``path``: max(4096, what the file system reports)."""
+    """The I/O unit for files under directory ``path``: max(4096, what the file system
+    reports). OSError (EINVAL) if that is not a power of two: a store made with it would be
+    refused at its next open, as the headers of such a block size are (``is_block_size``)."""
     st = os.statvfs(path)
-    return max(MIN_BLOCK, st.f_bsize, os.stat(path).st_blksize)
+    n = max(MIN_BLOCK, st.f_bsize, os.stat(path).st_blksize)
+    if not is_block_size(n):
+        raise OSError(errno.EINVAL, f"the file system under {str(path)!r} reports a block "
+                                    f"size of {n}, not a power of two; stores need one")
+    return n
 
 
 def aligned_buffer(size: int) -> mmap.mmap:

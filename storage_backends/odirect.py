@@ -49,7 +49,13 @@ from sarp.errors import (
     UnsupportedVersionError,
 )
 from storage_backends.base import SALVAGE_HINT, RecordStore, check_io
-from storage_backends.io import MIN_BLOCK, FileIO, aligned_buffer, block_size, round_up
+from storage_backends.io import (
+    FileIO,
+    aligned_buffer,
+    block_size,
+    is_block_size,
+    round_up,
+)
 from storage_backends.superblock import read_superblock, write_superblock
 
 HEADER_MAGIC = b"SARPODH4"
@@ -133,7 +139,7 @@ def _check_layout(mode: int, blk: int, mvs: int, vbytes: int, extent: int) -> No
     faults = []
     if mode >= len(KEY_MODES):
         faults.append(f"key mode {mode}")
-    if blk < MIN_BLOCK or blk & (blk - 1):
+    if not is_block_size(blk):
         faults.append(f"block size {blk}")
     elif not mvs <= MAX_VALUE_SIZE or vbytes != round_up(mvs + VERSION_OVERHEAD, blk):
         faults.append(f"{vbytes} version bytes for values of {mvs}")

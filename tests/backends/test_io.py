@@ -27,6 +27,27 @@ from storage_backends.superblock import read_superblock, write_superblock
 def test_block_size_is_at_least_4096(tmp_path: Path) -> None:
     assert block_size(tmp_path) >= 4096
     assert block_size(tmp_path) % 4096 == 0
+    assert sio.is_block_size(block_size(tmp_path))
+
+
+def test_a_block_size_that_is_not_a_power_of_two_is_refused_at_creation(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store's header naming such a block size is refused at open (odirect's HEADER,
+    flashlog's MANIFEST), so no store is made with one: the file system's is refused first."""
+    real = os.statvfs(tmp_path)
+
+    class Odd:
+        f_bsize = 12288
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+    monkeypatch.setattr(sio.os, "statvfs", lambda path: Odd())
+    with pytest.raises(OSError, match="block size of 12288, not a power of two") as exc:
+        block_size(tmp_path)
+    assert exc.value.errno == errno.EINVAL
+    assert [sio.is_block_size(n) for n in (2048, 4096, 12288, 65536)] == [False, True, False,
+                                                                          True]
 
 
 def test_aligned_buffer_is_page_aligned() -> None:
