@@ -44,6 +44,11 @@ def wal_path(directory: Path, number: int) -> Path:
     return directory / f"wal.{number}"
 
 
+def _capacity(block: int, version: int) -> int:
+    """The stream bytes a block of ``block`` bytes holds in WAL format ``version``."""
+    return block - SEAL - _BLOCK_HEAD[version].size
+
+
 def _seed(number: int, blk: int) -> int:
     """Checksum seed of block ``blk`` of WAL ``number`` (apart from every log block's)."""
     return (1 << 63) | (number << 40) | blk
@@ -60,7 +65,7 @@ class Wal:
         self.header = header
         self.block = block
         self.version = WAL_VERSION
-        self.cap = block - SEAL - _BLOCK_HEAD[self.version].size
+        self.cap = _capacity(block, self.version)
         self.path = wal_path(directory, header.number)
         tmp = self.path.with_name(self.path.name + ".tmp")
         self.file = io.open(tmp, direct=direct)
@@ -173,7 +178,7 @@ def read_wal(io: FileIO, path: Path,
     while blk < nblocks and intact(data, blk * block, block, _seed(number, blk)):
         off = blk * block
         used = head.unpack_from(data, off)[0]
-        if used > block - SEAL - head.size:
+        if used > _capacity(block, version):
             raise CorruptionError(f"{path.name}: block {blk} says it holds {used} bytes, more "
                                   "than a block's stream holds")
         stream += data[off + head.size:off + head.size + used]
