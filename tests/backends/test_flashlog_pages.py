@@ -163,15 +163,13 @@ def test_oversized_value_is_refused_before_the_wal(tmp_path: Path) -> None:
 
 
 def test_old_page_version_is_refused(tmp_path: Path) -> None:
-    from storage_backends.blockframe import seal
     path = tmp_path / "s"
     with _open(path) as s:
         s.put_many((k, bytes(3000)) for k in range(200))
     (log,) = path.glob("log.*")
     data = bytearray(log.read_bytes())
     data[4] = 1
-    seal(data, 0, B, int(log.suffix[1:]) << 40)
-    log.write_bytes(bytes(data))
+    _reseal(log, data, 0)
     with pytest.raises(CorruptionError, match="version 1"):
         _open(path)
 
