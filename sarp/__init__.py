@@ -9,8 +9,9 @@
 from sarp import errors
 from sarp.block_ids import as_block_ids, block_ids
 from sarp.config import DEFAULT_METADATA_DTYPE, Config
-from sarp.index import Index, open, rebuild
+from sarp.index import Index
 from sarp.matching import MatchResult
+from sarp.opening import open, rebuild
 
 __all__ = ["DEFAULT_METADATA_DTYPE", "Config", "Index", "MatchResult", "as_block_ids",
            "block_ids", "errors", "open", "rebuild"]

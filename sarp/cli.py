@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 
 import sarp
-from sarp.index import STORE_DIR, require_index
+from sarp.index import STORE_DIR
+from sarp.opening import require_index
 from storage_backends import KINDS, stored_kind
 
 COMMANDS = {

@@ -294,7 +294,7 @@ def test_an_insert_shorter_than_a_block_returns_the_same_counters(tmp_path):
         assert index.stats()["inserts"] == 2
 
 
-@pytest.mark.parametrize("call", [sarp.rebuild, sarp.index.require_index])
+@pytest.mark.parametrize("call", [sarp.rebuild, sarp.opening.require_index])
 def test_rebuild_names_a_bad_path(call):
     with pytest.raises(TypeError, match="path must be a str or os.PathLike, got int"):
         call(3)
@@ -374,7 +374,7 @@ def test_reopen_finds_the_backend(tmp_path):
     with sarp.open(tmp_path / "i") as index:
         assert index.store.kind == "flashlog" and index.match(tokens=t).num_blocks == 12
     with sarp.open(tmp_path / "new") as index:
-        assert index.store.kind == sarp.index.DEFAULT_BACKEND
+        assert index.store.kind == sarp.opening.DEFAULT_BACKEND
 
 
 @pytest.mark.parametrize("dtype", [
