@@ -33,12 +33,7 @@ from sarp.background import Worker
 from sarp.block_ids import as_block_ids, block_ids
 from sarp.checks import check_int
 from sarp.config import Config, digest_text, dumps, new_index_id
-from sarp.errors import (
-    CorruptionError,
-    IndexClosedError,
-    RecoveryError,
-    SyncFailedError,
-)
+from sarp.errors import CorruptionError, IndexClosedError, RecoveryError, SyncFailedError
 from sarp.insertion import insert as insert_path
 from sarp.insertion import insert_stats
 from sarp.matched_prefix import MatchedPrefix

@@ -11,13 +11,13 @@ map to slots through a table rebuilt from the slots' own headers at open, with t
 The file is laid out in extents of ``EXTENT_SLOTS`` slots, each extent holding the copies 0 of
 its slots, then their copies 1: the versions a batch writes into consecutive slots lie side by
 side, and each run of them is written with one call.
-Format: docs/odirect_format.txt.
+Format: docs/odirect_format.txt; HEADER, COPIES and DIRTY are read and written by
+storage_backends/odirect_files.py.
 """
 
 from __future__ import annotations
 
 import heapq
-import struct
 import sys
 import threading
 from collections.abc import Iterator
@@ -34,46 +34,27 @@ from sarp._core.slot_versions import (
     LIVE,
     VALID,
     VERSION_HEADER,
-    VERSION_OVERHEAD,
     parse_slots,
     parse_version,
     write_version,
 )
 from sarp.checks import check_int
-from sarp.errors import (
-    BadLengthError,
-    BadMagicError,
-    ConfigMismatchError,
-    CorruptionError,
-    SyncFailedError,
-    UnsupportedVersionError,
-)
+from sarp.errors import ConfigMismatchError, CorruptionError, SyncFailedError
 from storage_backends.base import SALVAGE_HINT, RecordStore, check_io
-from storage_backends.io import (
-    FileIO,
-    aligned_buffer,
-    block_size,
-    is_block_size,
-    round_up,
+from storage_backends.io import FileIO, aligned_buffer, block_size
+from storage_backends.odirect_files import (
+    KEY_MODES,
+    MAX_VALUE_SIZE,
+    Copies,
+    new_layout,
+    read_copies,
+    read_dirty,
+    read_header,
+    write_copies,
+    write_dirty,
+    write_header,
 )
-from storage_backends.superblock import read_superblock, write_superblock
 
-HEADER_MAGIC = b"SARPODH4"
-#: HEADER of the builds before the write-intent list: read, and rewritten as HEADER_MAGIC
-#: (which those builds refuse: they would write regions that DIRTY does not name)
-PREVIOUS_HEADER_MAGIC = b"SARPODH3"
-#: the magic of the layout before extents (each slot's two copies side by side)
-OLD_HEADER_MAGICS = (b"SARPODH2",)
-# key_mode, block size, max_value_size, version bytes, extent slots, clean, next sequence number
-_HEADER = struct.Struct("<BIIIIBQ")
-COPIES_MAGIC = b"SARPODC3"
-# next sequence number, slots, bytes of slots.dat; then the newest-copy bitmap
-_COPIES = struct.Struct("<QQQ")
-DIRTY_MAGIC = b"SARPODD1"
-# checkpoint (the next sequence number of its COPIES), slots per region, regions; then the
-# regions written since that checkpoint, u64 each
-_DIRTY = struct.Struct("<QQQ")
-KEY_MODES = ("dense", "sparse")
 #: the largest slot file a dense store grows to: ext4's largest file with 4 KiB blocks,
 #: 16 TiB less one block (a file ending at 16 TiB is refused with EFBIG)
 MAX_FILE_BYTES = (1 << 44) - (1 << 12)
@@ -88,8 +69,6 @@ SCAN_BYTES = 8 << 20
 #: keys): an open after a crash scans that many (256 MiB of slot file), and one batch's, at most
 CHECKPOINT_REGIONS = 32
 RUN_BYTES = 1 << 20  # the most bytes one write of side-by-side versions takes
-#: the largest max_value_size (64 MiB): a slot's two copies are read and written whole
-MAX_VALUE_SIZE = 1 << 26
 #: slots written since the last sync, at most: past it a write syncs (bounds their memory)
 UNSYNCED_LIMIT = 1 << 16
 
@@ -131,22 +110,6 @@ def _bits(bits: bytes | bytearray, first: int, count: int) -> npt.NDArray[np.int
     got = np.unpackbits(packed, bitorder="little")[first & 7:(first & 7) + count]
     out[:len(got)] = got
     return out
-
-
-def _check_layout(mode: int, blk: int, mvs: int, vbytes: int, extent: int) -> None:
-    """Refuse (CorruptionError) a HEADER whose checksum holds but whose layout no build
-    writes: a bug's or a foreign writer's, which would otherwise misplace every slot."""
-    faults = []
-    if mode >= len(KEY_MODES):
-        faults.append(f"key mode {mode}")
-    if not is_block_size(blk):
-        faults.append(f"block size {blk}")
-    elif not mvs <= MAX_VALUE_SIZE or vbytes != round_up(mvs + VERSION_OVERHEAD, blk):
-        faults.append(f"{vbytes} version bytes for values of {mvs}")
-    if extent < 1:
-        faults.append(f"extent of {extent} slots")
-    if faults:
-        raise CorruptionError(f"HEADER: {', '.join(faults)}: a layout no build writes")
 
 
 class ODirectStore(RecordStore):
@@ -227,71 +190,39 @@ class ODirectStore(RecordStore):
         hpath = self.path / "HEADER"
         self._next_seq = 1
         if not hpath.exists():
-            self._sparse = (key_mode or "sparse") == "sparse"
-            self._block = block_size(self.path)
-            mvs = self._block - VERSION_OVERHEAD if max_value_size is None else max_value_size
-            self._max_value = mvs
-            self._vbytes = round_up(mvs + VERSION_OVERHEAD, self._block)
-            self._extent = EXTENT_SLOTS
-            return False, True
-        try:
-            payload = read_superblock(self._io, hpath, HEADER_MAGIC)
-        except BadMagicError:
-            magic = bytes(self._io.read_whole(hpath)[:8])
-            if magic in OLD_HEADER_MAGICS:
-                raise UnsupportedVersionError(
-                    f"{str(self.path)!r}: an odirect store of an older slot layout (before "
-                    "extents); this version cannot read it") from None
-            if magic != PREVIOUS_HEADER_MAGIC:
-                raise
-            payload = read_superblock(self._io, hpath, magic)  # rewritten at this open
-        if len(payload) != _HEADER.size:
-            raise BadLengthError(f"HEADER: payload of {len(payload)} bytes, expected "
-                                 f"{_HEADER.size}")
-        mode, blk, mvs, vbytes, extent, clean, self._next_seq = _HEADER.unpack(payload)
-        _check_layout(mode, blk, mvs, vbytes, extent)
-        stored_mode = KEY_MODES[mode]
-        if key_mode is not None and key_mode != stored_mode:
-            raise ConfigMismatchError(f"key_mode={key_mode!r}, but the store at "
-                                      f"{str(self.path)!r} was created with {stored_mode!r}")
-        if max_value_size is not None and max_value_size != mvs:
-            raise ConfigMismatchError(f"max_value_size={max_value_size}, but the store was "
-                                      f"created with {mvs}")
-        self._sparse, self._block, self._max_value, self._vbytes = mode == 1, blk, mvs, vbytes
-        self._extent = extent
-        return True, bool(clean)
+            layout = new_layout((key_mode or "sparse") == "sparse", block_size(self.path),
+                                max_value_size, EXTENT_SLOTS)
+            existed, clean = False, True
+        else:
+            layout, clean, self._next_seq = read_header(self._io, hpath)
+            existed = True
+            stored_mode = KEY_MODES[layout.sparse]
+            if key_mode is not None and key_mode != stored_mode:
+                raise ConfigMismatchError(f"key_mode={key_mode!r}, but the store at "
+                                          f"{str(self.path)!r} was created with {stored_mode!r}")
+            if max_value_size is not None and max_value_size != layout.max_value:
+                raise ConfigMismatchError(f"max_value_size={max_value_size}, but the store "
+                                          f"was created with {layout.max_value}")
+        self._layout = layout
+        self._sparse, self._block, self._max_value, self._vbytes, self._extent = layout
+        return existed, clean
 
     def _write_header(self, clean: bool) -> None:
-        payload = _HEADER.pack(int(self._sparse), self._block, self._max_value, self._vbytes,
-                               self._extent, int(clean), self._next_seq)
-        write_superblock(self._io, self.path / "HEADER", HEADER_MAGIC, payload)
+        write_header(self._io, self.path / "HEADER", self._layout, clean, self._next_seq)
 
     def _load_copies(self) -> bool:
         """Load the newest-copy bits saved by the last clean close (HEADER says there was
         one); False if they are missing, damaged or not of this state of the file (the caller
         then scans the slots). A slot file shorter than that close left it is corruption: its
         records were cut off since."""
-        saved = self._saved_copies()
-        if saved is None:
+        saved = read_copies(self._io, self.path / "COPIES")
+        if saved is None or saved.seq != self._next_seq:
             return False
-        seq, slots, size, bits = saved
-        if seq == self._next_seq:
-            self._check_not_cut(size, "the clean close")
-        if seq != self._next_seq or slots != self._nslots or len(bits) != -(-slots // 8):
+        self._check_not_cut(saved.size, "the clean close")
+        if saved.slots != self._nslots:
             return False
-        self._newer = bytearray(bits)
+        self._newer = bytearray(saved.bits)
         return True
-
-    def _saved_copies(self) -> tuple[int, int, int, bytes] | None:
-        """(next sequence number, slots, bytes of slots.dat, bits) of COPIES; None if it is
-        missing or damaged."""
-        try:
-            payload = read_superblock(self._io, self.path / "COPIES", COPIES_MAGIC)
-        except (OSError, CorruptionError):
-            return None
-        if len(payload) < _COPIES.size:
-            return None
-        return (*_COPIES.unpack_from(payload), payload[_COPIES.size:])
 
     def _check_not_cut(self, size: int, when: str) -> None:
         """Raise CorruptionError if slots.dat is now shorter than the ``size`` it had at
@@ -301,9 +232,8 @@ class ODirectStore(RecordStore):
                                   f"(cut short); {SALVAGE_HINT}")
 
     def _save_copies(self) -> None:
-        bits = bytes(self._newer).ljust(-(-self._nslots // 8), b"\0")  # grown lazily
-        payload = _COPIES.pack(self._next_seq, self._nslots, self._data.size()) + bits
-        write_superblock(self._io, self.path / "COPIES", COPIES_MAGIC, payload)
+        write_copies(self._io, self.path / "COPIES",
+                     Copies(self._next_seq, self._nslots, self._data.size(), bytes(self._newer)))
 
     def _load_checkpoint(self) -> _Checkpoint | None:
         """After a crash (dense keys): load the newest-copy bits of the last checkpoint and
@@ -314,23 +244,17 @@ class ODirectStore(RecordStore):
         corruption, as after a clean close."""
         if self._sparse:
             return None
-        try:
-            dirty = read_superblock(self._io, self.path / "DIRTY", DIRTY_MAGIC)
-        except (OSError, CorruptionError):
+        dirty = read_dirty(self._io, self.path / "DIRTY")
+        saved = read_copies(self._io, self.path / "COPIES")
+        if dirty is None or saved is None:
             return None
-        saved = self._saved_copies()
-        if saved is None or len(dirty) < _DIRTY.size:
+        seq, region, regions = dirty
+        if seq != saved.seq or region != self._region:
             return None
-        seq, region, count = _DIRTY.unpack_from(dirty)
-        copies_seq, slots, size, bits = saved
-        if (seq != copies_seq or region != self._region or len(dirty) != _DIRTY.size + 8 * count
-                or len(bits) != -(-slots // 8)):
-            return None
-        self._check_not_cut(size, "the last checkpoint")
-        self._newer = bytearray(bits)
+        self._check_not_cut(saved.size, "the last checkpoint")
+        self._newer = bytearray(saved.bits)
         self._next_seq = max(self._next_seq, seq)
-        return _Checkpoint(set(np.frombuffer(dirty, "<u8", count, _DIRTY.size).tolist()), seq,
-                           slots, bits)
+        return _Checkpoint(regions, seq, saved.slots, saved.bits)
 
     def _hole_regions(self) -> set[int]:
         """The regions holding a slot of ``absent_after_crash`` below the highest slot found
@@ -344,9 +268,7 @@ class ODirectStore(RecordStore):
     def _write_dirty(self, regions: set[int]) -> None:
         """Durably name ``regions`` in DIRTY as written since the checkpoint whose COPIES has
         the next sequence number ``_checkpoint_seq``."""
-        rows = np.array(sorted(regions), "<u8").tobytes()
-        payload = _DIRTY.pack(self._checkpoint_seq, self._region, len(regions)) + rows
-        write_superblock(self._io, self.path / "DIRTY", DIRTY_MAGIC, payload)
+        write_dirty(self._io, self.path / "DIRTY", self._checkpoint_seq, self._region, regions)
         self._dirty = regions
         self._dirty_writes += 1
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sarp.errors import ConfigMismatchError, CorruptionError, UnsupportedVersionError
-from storage_backends import odirect, open_store
+from storage_backends import odirect, odirect_files, open_store
 from storage_backends.io import FileIO
 from storage_backends.odirect import EXTENT_SLOTS, ODirectStore
 from storage_backends.superblock import read_superblock, write_superblock
@@ -43,7 +43,7 @@ def test_large_values_open_with_a_scan_of_bounded_memory(tmp_path: Path) -> None
     slot by slot, not an extent at a time; the limit is refused by name past 64 MiB."""
     path = tmp_path / "s"
     with pytest.raises(ValueError, match="max_value_size"):
-        _open(path, max_value_size=odirect.MAX_VALUE_SIZE + 1)
+        _open(path, max_value_size=odirect_files.MAX_VALUE_SIZE + 1)
     big = {k: bytes([k]) * (4 << 20) for k in (3, 9)}
     with _open(path, key_mode="sparse", max_value_size=4 << 20) as s:
         s.put_many(big.items())
@@ -183,7 +183,7 @@ def test_a_store_of_the_layout_before_extents_is_refused_by_name(tmp_path: Path)
     path = tmp_path / "s"
     _open(path, key_mode="dense").close()
     io = FileIO()
-    payload = read_superblock(io, path / "HEADER", odirect.HEADER_MAGIC)
+    payload = read_superblock(io, path / "HEADER", odirect_files.HEADER_MAGIC)
     write_superblock(io, path / "HEADER", b"SARPODH2", payload)
     with pytest.raises(UnsupportedVersionError, match="older slot layout"):
         _open(path)
@@ -194,7 +194,7 @@ def test_a_store_of_the_layout_before_extents_is_refused_by_name(tmp_path: Path)
     (1, 1000, "block size 1000"),
     (1, 2048, "block size 2048"),
     (3, 4096 * 3, "version bytes"),
-    (2, odirect.MAX_VALUE_SIZE + 1, "version bytes"),
+    (2, odirect_files.MAX_VALUE_SIZE + 1, "version bytes"),
     (4, 0, "extent of 0 slots"),
 ])
 def test_a_header_whose_layout_no_build_writes_is_corruption(tmp_path: Path, field: int,
@@ -205,10 +205,10 @@ def test_a_header_whose_layout_no_build_writes_is_corruption(tmp_path: Path, fie
     with _open(path, key_mode="dense") as s:
         s.put(1, b"v")
     io = FileIO()
-    fields = list(odirect._HEADER.unpack(read_superblock(io, path / "HEADER",
-                                                         odirect.HEADER_MAGIC)))
+    header, magic = odirect_files.HEADER, odirect_files.HEADER_MAGIC
+    fields = list(header.unpack(read_superblock(io, path / "HEADER", magic)))
     fields[field] = value
-    write_superblock(io, path / "HEADER", odirect.HEADER_MAGIC, odirect._HEADER.pack(*fields))
+    write_superblock(io, path / "HEADER", magic, header.pack(*fields))
     before = {p.name: p.read_bytes() for p in path.iterdir()}
     with pytest.raises(CorruptionError, match=f"HEADER: .*{fault}"):
         _open(path)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from sarp.errors import CorruptionError, WritesStoppedError
-from storage_backends import odirect, salvage
+from storage_backends import odirect, odirect_files, salvage
 from storage_backends.io import FileIO, PowerLossIO
 from storage_backends.odirect import EXTENT_SLOTS, ODirectStore
 from storage_backends.superblock import read_superblock, write_superblock
@@ -41,9 +41,9 @@ def _dense(path: Path, io: FileIO | None = None) -> ODirectStore:
 
 def _named(path: Path) -> tuple[int, list[int]]:
     """(checkpoint sequence number, regions) of DIRTY."""
-    payload = read_superblock(FileIO(), path / "DIRTY", odirect.DIRTY_MAGIC)
-    seq, _, count = odirect._DIRTY.unpack_from(payload)
-    rows = payload[odirect._DIRTY.size:]
+    payload = read_superblock(FileIO(), path / "DIRTY", odirect_files.DIRTY_MAGIC)
+    seq, _, count = odirect_files.DIRTY.unpack_from(payload)
+    rows = payload[odirect_files.DIRTY.size:]
     return seq, [int.from_bytes(rows[8 * i:8 * i + 8], "little") for i in range(count)]
 
 
@@ -90,8 +90,8 @@ def test_a_region_is_named_before_its_first_write_and_a_sync_checkpoints(
     assert "".join(watch.calls) == "sDwDwsCDs"
     seq, regions = _named(path)
     assert regions == [] and s.stats()["checkpoints"] == 1 and s.stats()["dirty_regions"] == 0
-    copies = read_superblock(FileIO(), path / "COPIES", odirect.COPIES_MAGIC)
-    assert odirect._COPIES.unpack_from(copies)[0] == seq  # the checkpoint DIRTY pairs with
+    copies = read_superblock(FileIO(), path / "COPIES", odirect_files.COPIES_MAGIC)
+    assert odirect_files.COPIES.unpack_from(copies)[0] == seq  # the checkpoint DIRTY pairs with
     s.close()
 
 
@@ -184,8 +184,8 @@ def test_without_a_usable_checkpoint_an_open_after_a_crash_scans_every_slot(
         _flip(path / "DIRTY", 20)
     else:
         seq, regions = _named(path)
-        payload = odirect._DIRTY.pack(seq - 1, K, 0)
-        write_superblock(FileIO(), path / "DIRTY", odirect.DIRTY_MAGIC, payload)
+        payload = odirect_files.DIRTY.pack(seq - 1, K, 0)
+        write_superblock(FileIO(), path / "DIRTY", odirect_files.DIRTY_MAGIC, payload)
     reads = SlotReads()
     with _dense(path, reads) as s2:
         assert reads.slot_bytes == (path / "slots.dat").stat().st_size  # the whole file
@@ -301,12 +301,12 @@ def test_a_store_of_the_previous_header_opens_and_is_rewritten(tmp_path: Path) -
     path = tmp_path / "s"
     with _dense(path) as s:
         s.put_many([(k, b"v%d" % k) for k in range(0, 3 * K, 5)])
-    payload = read_superblock(FileIO(), path / "HEADER", odirect.HEADER_MAGIC)
-    write_superblock(FileIO(), path / "HEADER", odirect.PREVIOUS_HEADER_MAGIC, payload)
+    payload = read_superblock(FileIO(), path / "HEADER", odirect_files.HEADER_MAGIC)
+    write_superblock(FileIO(), path / "HEADER", odirect_files.PREVIOUS_HEADER_MAGIC, payload)
     (path / "DIRTY").unlink()
     with _dense(path) as s:
         assert s.get_many([0, 5, 190]) == [b"v0", b"v5", b"v190"]
-        assert (path / "HEADER").read_bytes()[:8] == odirect.HEADER_MAGIC
+        assert (path / "HEADER").read_bytes()[:8] == odirect_files.HEADER_MAGIC
         assert _named(path)[1] == []
 
 

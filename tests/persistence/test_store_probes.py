@@ -17,7 +17,7 @@ from sarp import snapshot
 from sarp._core.segment_codec import decode_segment, encode_segment
 from sarp.errors import CorruptionError
 from sarp.segments import PROBES, SegmentStore
-from storage_backends import odirect, open_store
+from storage_backends import odirect_files, open_store
 from storage_backends.io import FileIO, PowerLossIO
 from storage_backends.memory import MemoryStore
 from storage_backends.superblock import read_superblock
@@ -153,8 +153,8 @@ def test_a_store_cut_after_a_power_cut_is_refused_not_taken_for_a_torn_tail(tmp_
 def _zero_slot(store: Path, slot: int) -> None:
     """Zero the first block of both copies of odirect ``slot``: each reads as empty, as a
     slot never written, laid out as HEADER says (docs/odirect_format.txt)."""
-    header = read_superblock(FileIO(), store / "HEADER", odirect.HEADER_MAGIC)
-    _, block, _, vbytes, extent, _, _ = odirect._HEADER.unpack(header)
+    header = read_superblock(FileIO(), store / "HEADER", odirect_files.HEADER_MAGIC)
+    _, block, _, vbytes, extent, _, _ = odirect_files.HEADER.unpack(header)
     with open(store / "slots.dat", "r+b") as fh:
         for copy in (0, 1):
             fh.seek(slot_copy_offset(slot, copy, extent, vbytes))
