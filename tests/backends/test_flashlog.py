@@ -21,7 +21,8 @@ from sarp.errors import (
 from storage_backends import open_store
 from storage_backends.flashlog import FlashLogStore
 from storage_backends.flashlog_log import BATCH_END, MAX_PAGE_KEYS, PUT, REC, PageLog
-from storage_backends.io import FileIO, PowerLossIO
+from storage_backends.io import FileIO
+from storage_backends.power_loss import PowerLossIO
 
 from .conftest import open_flashlog
 
@@ -285,7 +286,6 @@ def test_wal_blocks_written_behind_and_lost_out_of_order_are_a_torn_tail(
     cut during the next flush can keep that flush's write and lose an earlier one: a damaged
     block before valid ones, none of them synced. The store opens with every acknowledged
     record instead of reporting corruption."""
-    from storage_backends.io import PowerLossIO
 
     class CutAtWalSync(PowerLossIO):
         armed = False
@@ -427,7 +427,6 @@ def test_a_checksummed_wal_block_that_breaks_its_format_is_corruption(fault: str
 def test_a_store_without_its_manifest_is_corruption(state: str, tmp_path: Path) -> None:
     """A directory holding a store's log or WAL files but no MANIFEST is not taken for a new
     store (whose instance count may differ, routing keys to the wrong pages)."""
-    from storage_backends.io import PowerLossIO
 
     path = tmp_path / "s"
     io = PowerLossIO()
@@ -452,7 +451,6 @@ def test_a_creation_cut_short_is_started_again(cut_at: str, entries_synced: bool
     """Creation writes an empty log.1, then wal.1, then MANIFEST: a power cut before MANIFEST
     leaves a directory that the next open creates a store in, as it was asked to, whether
     the file system had committed the new files' entries (log.1 is there) or not."""
-    from storage_backends.io import PowerLossIO
 
     class CutAt(PowerLossIO):
         def open(self, p, direct, create=True, *, read_only=False):

@@ -17,7 +17,8 @@ import pytest
 
 from sarp.errors import CorruptionError
 from storage_backends.flashlog_log import _FIRST, _PAGE, EXACT, NO_START, PAGE_VERSION, REC
-from storage_backends.io import FileIO, PowerLossIO
+from storage_backends.io import FileIO
+from storage_backends.power_loss import PowerLossIO
 
 from .conftest import open_flashlog
 

@@ -20,7 +20,8 @@ from sarp.errors import (
     SyncFailedError,
 )
 from storage_backends import io as sio
-from storage_backends.io import FileIO, PowerLossIO, aligned_buffer, block_size
+from storage_backends.io import FileIO, aligned_buffer, block_size
+from storage_backends.power_loss import PowerLossIO
 from storage_backends.superblock import read_superblock, write_superblock
 
 

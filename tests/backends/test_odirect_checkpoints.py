@@ -15,8 +15,9 @@ import pytest
 
 from sarp.errors import CorruptionError, WritesStoppedError
 from storage_backends import odirect, odirect_files, salvage
-from storage_backends.io import FileIO, PowerLossIO
+from storage_backends.io import FileIO
 from storage_backends.odirect import EXTENT_SLOTS, ODirectStore
+from storage_backends.power_loss import PowerLossIO
 from storage_backends.superblock import read_superblock, write_superblock
 
 from .test_torn_writes import SlotCalls, _flip, _only_offset, _open, power_loss_session

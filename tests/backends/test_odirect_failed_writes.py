@@ -13,8 +13,8 @@ import pytest
 
 from sarp.errors import SyncFailedError, WritesStoppedError
 from storage_backends import open_store
-from storage_backends.io import PowerLossIO
 from storage_backends.odirect import ODirectStore
+from storage_backends.power_loss import PowerLossIO
 
 V = 2000  # a value larger than the 512 bytes a "part" failure writes
 

@@ -18,7 +18,8 @@ import pytest
 from sarp._core.slot_versions import LIVE, write_version
 from sarp.errors import CorruptionError, SyncFailedError, WritesStoppedError
 from storage_backends import RecordStore, open_store, salvage
-from storage_backends.io import FileIO, PowerLossIO
+from storage_backends.io import FileIO
+from storage_backends.power_loss import PowerLossIO
 from storage_backends.superblock import read_superblock, write_superblock
 
 from ..kernels.reference import slot_copy_offset

@@ -12,7 +12,7 @@ import pytest
 
 import sarp
 from sarp import snapshot
-from storage_backends.io import PowerLossIO
+from storage_backends.power_loss import PowerLossIO
 
 from ..index.helpers import Oracle, assert_own_records, metadata_for
 

@@ -25,7 +25,8 @@ import sarp
 from sarp import journal
 from sarp.errors import RecoveryError, SyncFailedError, WritesStoppedError
 from storage_backends import open_store
-from storage_backends.io import FileIO, PowerLossIO
+from storage_backends.io import FileIO
+from storage_backends.power_loss import PowerLossIO
 from storage_backends.write_stop import WriteStop
 
 from .power import killed, open_through, snapshot_cut_by_power

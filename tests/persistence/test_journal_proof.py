@@ -17,7 +17,8 @@ from sarp import journal, recovery, snapshot
 from sarp._core.hashing import xxh64
 from sarp.errors import CorruptionError
 from storage_backends import open_store
-from storage_backends.io import FileIO, PowerLossIO
+from storage_backends.io import FileIO
+from storage_backends.power_loss import PowerLossIO
 
 from .old_formats import journal_as_version, record_flags
 from .power import killed, open_through, snapshot_cut_by_power

@@ -25,7 +25,7 @@ import pytest
 import sarp
 from sarp.errors import SarpError, SyncFailedError, WritesStoppedError
 from storage_backends import odirect
-from storage_backends.io import PowerLossIO
+from storage_backends.power_loss import PowerLossIO
 
 from ..index.helpers import metadata_for, random_config
 from . import thread_writer

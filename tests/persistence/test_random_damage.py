@@ -33,7 +33,7 @@ import pytest
 
 import sarp
 from sarp.errors import CorruptionError, SarpError
-from storage_backends.io import PowerLossIO
+from storage_backends.power_loss import PowerLossIO
 
 from ..index.helpers import Oracle, assert_verified, metadata_for, random_config, random_workload
 from .power import open_through

@@ -18,8 +18,9 @@ from sarp._core.segment_codec import decode_segment, encode_segment
 from sarp.errors import CorruptionError
 from sarp.segments import PROBES, SegmentStore
 from storage_backends import odirect_files, open_store
-from storage_backends.io import FileIO, PowerLossIO
+from storage_backends.io import FileIO
 from storage_backends.memory import MemoryStore
+from storage_backends.power_loss import PowerLossIO
 from storage_backends.superblock import read_superblock
 
 from ..kernels.reference import slot_copy_offset
