@@ -42,10 +42,9 @@ def _dense(path: Path, io: FileIO | None = None) -> ODirectStore:
 
 def _named(path: Path) -> tuple[int, list[int]]:
     """(checkpoint sequence number, regions) of DIRTY."""
-    payload = read_superblock(FileIO(), path / "DIRTY", odirect_files.DIRTY_MAGIC)
-    seq, _, count = odirect_files.DIRTY.unpack_from(payload)
-    rows = payload[odirect_files.DIRTY.size:]
-    return seq, [int.from_bytes(rows[8 * i:8 * i + 8], "little") for i in range(count)]
+    dirty = odirect_files.read_dirty(FileIO(), path / "DIRTY")
+    assert dirty is not None
+    return dirty[0], sorted(dirty[2])
 
 
 class Calls(SlotCalls):
@@ -91,8 +90,8 @@ def test_a_region_is_named_before_its_first_write_and_a_sync_checkpoints(
     assert "".join(watch.calls) == "sDwDwsCDs"
     seq, regions = _named(path)
     assert regions == [] and s.stats()["checkpoints"] == 1 and s.stats()["dirty_regions"] == 0
-    copies = read_superblock(FileIO(), path / "COPIES", odirect_files.COPIES_MAGIC)
-    assert odirect_files.COPIES.unpack_from(copies)[0] == seq  # the checkpoint DIRTY pairs with
+    copies = odirect_files.read_copies(FileIO(), path / "COPIES")
+    assert copies is not None and copies.seq == seq  # the checkpoint DIRTY pairs with
     s.close()
 
 

@@ -21,7 +21,6 @@ from storage_backends import odirect_files, open_store
 from storage_backends.io import FileIO
 from storage_backends.memory import MemoryStore
 from storage_backends.power_loss import PowerLossIO
-from storage_backends.superblock import read_superblock
 
 from ..kernels.reference import slot_copy_offset
 from .old_formats import snapshot_as_version
@@ -154,8 +153,8 @@ def test_a_store_cut_after_a_power_cut_is_refused_not_taken_for_a_torn_tail(tmp_
 def _zero_slot(store: Path, slot: int) -> None:
     """Zero the first block of both copies of odirect ``slot``: each reads as empty, as a
     slot never written, laid out as HEADER says (docs/odirect_format.txt)."""
-    header = read_superblock(FileIO(), store / "HEADER", odirect_files.HEADER_MAGIC)
-    _, block, _, vbytes, extent, _, _ = odirect_files.HEADER.unpack(header)
+    layout = odirect_files.read_header(FileIO(), store / "HEADER")[0]
+    block, vbytes, extent = layout.block, layout.vbytes, layout.extent
     with open(store / "slots.dat", "r+b") as fh:
         for copy in (0, 1):
             fh.seek(slot_copy_offset(slot, copy, extent, vbytes))
