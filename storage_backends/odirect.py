@@ -245,8 +245,10 @@ class ODirectStore(RecordStore):
         if self._sparse:
             return None
         dirty = read_dirty(self._io, self.path / "DIRTY")
+        if dirty is None:
+            return None
         saved = read_copies(self._io, self.path / "COPIES")
-        if dirty is None or saved is None:
+        if saved is None:
             return None
         seq, region, regions = dirty
         if seq != saved.seq or region != self._region:
