@@ -46,6 +46,7 @@ from storage_backends.odirect_files import (
     KEY_MODES,
     MAX_VALUE_SIZE,
     Copies,
+    bits_bytes,
     new_layout,
     read_copies,
     read_dirty,
@@ -515,7 +516,7 @@ class ODirectStore(RecordStore):
         synced = 0  # the versions below it were durable, as the valid versions record
         regions = None if checkpoint is None else checkpoint.regions
         if regions is None:
-            self._newer = bytearray(-(-self._nslots // 8))
+            self._newer = bytearray(bits_bytes(self._nslots))
         for first, _, parsed in self._chunks(regions):
             state, seq, flags, key = parsed[:4]
             if saved is not None:

@@ -112,6 +112,11 @@ class Copies(NamedTuple):
     bits: bytes  # bit s set: copy 1 of slot s holds the newest version
 
 
+def bits_bytes(slots: int) -> int:
+    """The bytes of the newest-copy bits of ``slots`` slots, one bit each."""
+    return -(-slots // 8)
+
+
 def read_copies(io: FileIO, path: Path) -> Copies | None:
     """The COPIES at ``path``; None if it is missing, damaged, or its bits do not cover its
     slots (the store then reads the slots themselves)."""
@@ -120,12 +125,12 @@ def read_copies(io: FileIO, path: Path) -> Copies | None:
         return None
     seq, slots, size = COPIES.unpack_from(payload)
     bits = payload[COPIES.size:]
-    return Copies(seq, slots, size, bits) if len(bits) == -(-slots // 8) else None
+    return Copies(seq, slots, size, bits) if len(bits) == bits_bytes(slots) else None
 
 
 def write_copies(io: FileIO, path: Path, copies: Copies) -> None:
     """Durably replace the COPIES at ``path``; its bits are padded to cover its slots."""
-    bits = copies.bits.ljust(-(-copies.slots // 8), b"\0")
+    bits = copies.bits.ljust(bits_bytes(copies.slots), b"\0")
     write_superblock(io, path, COPIES_MAGIC, COPIES.pack(*copies[:3]) + bits)
 
 
