@@ -151,7 +151,12 @@ class Config:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Config:
-        """The Config of a ``to_json`` dict; values are checked as by the constructor."""
+        """The Config of a ``to_json`` dict: every parameter named, no other (KeyError
+        names the missing ones, TypeError the unknown ones); values are checked as by the
+        constructor."""
+        missing = sorted({f.name for f in dataclasses.fields(cls)} - set(data))
+        if missing:
+            raise KeyError(f"configuration parameter(s) missing: {', '.join(missing)}")
         args = dict(data)
         args["namespace"] = bytes.fromhex(args["namespace"])
         args["metadata_dtype"] = dtype_of_json(args["metadata_dtype"])

@@ -42,6 +42,8 @@ HEADERS = {2: _HEADER_BEFORE_IDS, 3: _HEADER_BEFORE_IDS, 4: FILE_HEADER, 5: FILE
            6: FILE_HEADER, VERSION: FILE_HEADER}
 #: the first version where every sync follows a durable flush of the segment store
 PROVES_SEGMENTS = 5
+#: the first version whose records carry the synced field (padding, 0, in version 2)
+HAS_SYNCED = 3
 #: the first version whose records name their segments' block counts
 HAS_COUNTS = 6
 #: the first version whose records carry flags (``STORE_DURABLE``), in the record header's
@@ -88,8 +90,9 @@ def encode_record(r: Record, synced: int = 0, version: int = VERSION) -> bytes:
         if r.block_counts is None or len(r.block_counts) != n:
             raise ValueError("block_counts must name one count per segment id")
         counts = r.block_counts
+    synced_field = min(synced // 8, SYNCED_MAX) if version >= HAS_SYNCED else 0
     payload = PAYLOAD_HEADER.pack(r.record_seq, r.next_segment_id, r.new_blocks, n,
-                                  min(synced // 8, SYNCED_MAX))
+                                  synced_field)
     payload += _body(n, version).pack(*r.segment_ids, *counts)
     return RECORD_HEADER.pack(len(payload), 0, xxh64(payload)) + payload
 
@@ -362,11 +365,13 @@ def _records(raw: bytes, name: str,
         payload = raw[start:start + length]
         if not _valid(version, flags, length, digest, payload):
             synced = _synced_after(raw, start, version)
-            if synced is not None and (version < 3 or synced > off):
+            if synced is not None and (version < HAS_SYNCED or synced > off):
                 raise RecoveryError(
                     f"{name}: damaged record at offset {off}, which a sync covered (a valid "
                     f"record follows); run `sarp rebuild` to rebuild from the segments")
             return
+        if length < PAYLOAD_HEADER.size:
+            raise RecoveryError(f"{name}: record at offset {off} has a bad segment count")
         seq, next_id, blocks, n, synced = PAYLOAD_HEADER.unpack_from(payload)
         body = _body(n, version) if 8 * n <= length else None  # each id takes 8 bytes
         if (body is None or length != PAYLOAD_HEADER.size + body.size
@@ -386,7 +391,7 @@ def _valid(version: int, flags: int, length: int, digest: int, payload: bytes) -
     (the bytes its length spans, as far as the file holds them) are whole: known flags (none
     before format 7), the whole payload and its checksum, seeded with the flags."""
     known = STORE_DURABLE if version >= HAS_FLAGS else 0
-    return (not flags & ~known and len(payload) == length >= PAYLOAD_HEADER.size
+    return (not flags & ~known and len(payload) == length
             and xxh64(payload, flags) == digest)
 
 
@@ -397,7 +402,8 @@ def _synced_after(raw: bytes, pos: int, version: int) -> int | None:
     for off in range(pos + (-pos % 8), len(raw) - RECORD_HEADER.size, 8):
         length, flags, digest = RECORD_HEADER.unpack_from(raw, off)
         start = off + RECORD_HEADER.size
-        if _valid(version, flags, length, digest, raw[start:start + length]):
+        if (length >= PAYLOAD_HEADER.size
+                and _valid(version, flags, length, digest, raw[start:start + length])):
             synced = 8 * PAYLOAD_HEADER.unpack_from(raw, start)[4]
             most = synced if most is None else max(most, synced)
     return most

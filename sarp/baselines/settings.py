@@ -18,7 +18,7 @@ import numpy as np
 from sarp.baselines.sealed import seal, unseal
 from sarp.checks import check_int
 from sarp.config import DEFAULT_METADATA_DTYPE, check_metadata_dtype
-from sarp.errors import ConfigMismatchError
+from sarp.errors import ConfigMismatchError, CorruptionError
 from storage_backends import KINDS
 from storage_backends.io import FileIO
 
@@ -61,13 +61,22 @@ class Settings:
 
     @classmethod
     def decode(cls, raw: bytes, name: str) -> Settings:
-        """The Settings in a file ``encode`` wrote; a damaged file raises a CorruptionError
-        naming ``name``."""
-        data = json.loads(bytes(unseal(raw, MAGIC, name)))
-        descr = data["metadata_dtype"]
-        data["metadata_dtype"] = np.lib.format.descr_to_dtype(
-            [tuple(f) for f in descr] if isinstance(descr, list) else descr)
-        return cls(**data)
+        """The Settings in a file ``encode`` wrote; a damaged file, or a sealed payload that
+        is not such settings (not JSON, a key missing or unknown, a value out of range),
+        raises a CorruptionError naming ``name``."""
+        payload = bytes(unseal(raw, MAGIC, name))
+        try:
+            data = json.loads(payload)
+            keys = {f.name for f in dataclasses.fields(cls)}
+            if not isinstance(data, dict) or set(data) != keys:
+                found = sorted(data) if isinstance(data, dict) else type(data).__name__
+                raise ValueError(f"keys {found}, expected {sorted(keys)}")
+            descr = data["metadata_dtype"]
+            data["metadata_dtype"] = np.lib.format.descr_to_dtype(
+                [tuple(f) for f in descr] if isinstance(descr, list) else descr)
+            return cls(**data)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorruptionError(f"{name}: the settings are damaged: {exc}") from exc
 
 
 def resolve(path: Path, design: str, given: dict[str, Any],

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sarp.bench.backends import check_backend
-from sarp.bench.catalog import MOONCAKE, WORKLOADS, check_workload
+from sarp.bench.catalog import MOONCAKE, WORKLOADS, MooncakeOptions, check_workload
 from sarp.bench.designs import BREAKDOWN, DESIGNS
 from sarp.bench.harness import RunOptions, run, run_recovery, run_sweep
 from sarp.bench.mooncake import read_mooncake
@@ -159,6 +159,10 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "flush)")
     p.add_argument("--seed", type=arg_type(count), default=0,
                    help="synthetic workload seed (default 0)")
+    p.add_argument("--block-tokens", type=arg_type(positive_count), default=512,
+                   help="tokens each hashed block of a Mooncake trace covers (default 512)")
+    p.add_argument("--expand", type=arg_type(positive_count), default=1,
+                   help="sub-blocks each hashed block of a Mooncake trace becomes (default 1)")
     p.add_argument("--no-progress", action="store_true",
                    help="nothing on stderr (bars are shown only when it is a terminal)")
 
@@ -239,6 +243,10 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _mooncake(a: argparse.Namespace) -> MooncakeOptions:
+    return MooncakeOptions(a.block_tokens, a.expand)
+
+
 def _pick(value: Any, default: Any) -> Any:
     return default if value is None else value
 
@@ -256,7 +264,7 @@ def run_options(a: argparse.Namespace) -> RunOptions:
         threads=_pick(a.threads, d["threads"]), sweep=_pick(a.sweep, list(DEFAULT_BUDGETS)),
         breakdown_workloads=workloads[:1] if a.quick and any(b in designs for b in BREAKDOWN)
         else None, recovery_blocks=_pick(a.recovery_blocks, d["recovery"]), seed=a.seed,
-        quick=a.quick, radix_cap_share=a.radix_cap_share)
+        quick=a.quick, radix_cap_share=a.radix_cap_share, mooncake=_mooncake(a))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -276,13 +284,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         results = run(run_options(a), out, progress)
     elif a.command == "sweep":
         opts = RunOptions(workloads=a.workloads, designs=[], backends=[], scale=a.scale,
-                          repeat=1, durability=a.durability, sweep=a.budgets, seed=a.seed)
+                          repeat=1, durability=a.durability, sweep=a.budgets, seed=a.seed,
+                          mooncake=_mooncake(a))
         results = run_sweep(opts, out, progress)
     else:
         opts = RunOptions(workloads=[], designs=[], backends=[a.backend], repeat=a.repeat,
                           durability=a.durability, recovery_blocks=a.blocks,
                           recovery_workload=a.workload, recovery_designs=a.designs,
-                          seed=a.seed)
+                          seed=a.seed, mooncake=_mooncake(a))
         results = run_recovery(opts, out, progress)
     write_results(out, results)
     print(render(results, out))

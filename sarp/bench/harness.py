@@ -24,7 +24,7 @@ from typing import Any
 import sarp
 from sarp.bench import metrics
 from sarp.bench.backends import unavailable
-from sarp.bench.catalog import effective_scale, load_workload
+from sarp.bench.catalog import MooncakeOptions, effective_scale, load_workload
 from sarp.bench.designs import BREAKDOWN, DESIGNS, DRAM_BACKEND, Setup
 from sarp.bench.measure import combine, measure_once
 from sarp.bench.progress import Progress
@@ -64,6 +64,7 @@ class RunOptions:
     seed: int = 0
     quick: bool = False
     radix_cap_share: float = 1.0  # Segment-Radix (capped)'s cap over SARP's routing bytes
+    mooncake: MooncakeOptions = field(default_factory=MooncakeOptions)  # how traces are read
 
 
 def run(opts: RunOptions, out: Path, progress: Progress) -> dict[str, Any]:
@@ -76,7 +77,7 @@ def run(opts: RunOptions, out: Path, progress: Progress) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="work-", dir=out) as tmp:
         for name in opts.workloads:
-            p = prepare(name, load_workload(name, opts.scale, opts.seed))
+            p = prepare(name, load_workload(name, opts.scale, opts.seed, opts.mooncake))
             progress.note(f"{name}: {len(p.contexts)} requests, {p.unique_blocks} unique blocks")
             results["meta"]["workloads"][name] = {"requests": len(p.contexts),
                                                   "unique_blocks": p.unique_blocks,
@@ -133,7 +134,8 @@ def _recovery(opts: RunOptions, backends: list[str], tmp: Path,
     backend = next((b for b in backends if b != "memory"), None)
     if backend is None:
         return {"rows": [], "notes": ["recovery: n/a, no persistent backend selected"]}
-    p = prepare(opts.recovery_workload, load_workload(opts.recovery_workload, 1.0, opts.seed))
+    p = prepare(opts.recovery_workload,
+                load_workload(opts.recovery_workload, 1.0, opts.seed, opts.mooncake))
     work = tmp / "recovery"
     work.mkdir(parents=True, exist_ok=True)
     return recovery(p, opts.recovery_blocks, opts.recovery_designs, backend, work,

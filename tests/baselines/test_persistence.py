@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 from sarp.baselines import DESIGNS
+from sarp.baselines.sealed import seal
+from sarp.baselines.settings import FILE, MAGIC
 from sarp.errors import ConfigMismatchError, CorruptionError, RecoveryError
 
 from .conftest import HAVE_WT, STORE_VARIANTS, S, variant_params
@@ -114,6 +116,22 @@ def test_stored_settings_are_checked(tmp_path: Path):
         assert idx.settings.segment_blocks == 8
 
 
+@pytest.mark.parametrize("payload", [
+    b"not json", b"[1, 2]", b'{"design": "segment_hash"}',
+    b'{"backend": "memory", "block_size": 16, "capped": null, "design": "segment_hash", '
+    b'"metadata_dtype": "<u8", "segment_blocks": 8, "spare": 1}',
+    b'{"backend": "memory", "block_size": 0, "capped": null, "design": "segment_hash", '
+    b'"metadata_dtype": "<u8", "segment_blocks": 8}',
+], ids=["not_json", "not_an_object", "keys_missing", "key_unknown", "value_out_of_range"])
+def test_sealed_settings_that_are_not_settings_are_corruption(payload: bytes, tmp_path: Path):
+    """A settings file whose seal holds but whose payload no writer makes is refused as
+    corruption, naming the file, never opened with defaults."""
+    DESIGNS["segment_hash"].open(tmp_path / "idx", segment_blocks=8).close()
+    (tmp_path / "idx" / FILE).write_bytes(seal(MAGIC, payload))
+    with pytest.raises(CorruptionError, match=FILE):
+        DESIGNS["segment_hash"].open(tmp_path / "idx")
+
+
 @pytest.mark.parametrize("variant", variant_params(STORE_VARIANTS))
 def test_memory_backend_reopens_empty(variant, tmp_path):
     """The memory engine keeps nothing across close(); the index reopens empty and works."""
@@ -152,6 +170,8 @@ _CRASHING_WRITER = """
 import os, sys
 import numpy as np
 from sarp.baselines import DESIGNS
+from sarp.baselines.sealed import seal
+from sarp.baselines.settings import FILE, MAGIC
 from tests.baselines.workload import BLOCK, requests
 from tests.baselines.conftest import S
 idx = DESIGNS["segment_radix"].open(sys.argv[1], segment_blocks=S, block_size=BLOCK,

@@ -45,6 +45,8 @@ def no_runs(monkeypatch):
     (["recovery", "--repeat", "1.5"], "'1.5' is not a positive integer"),
     (["sweep", "--budgets", "x"], "'x' is not a non-negative integer"),
     (["sweep", "--scale", "0"], "'0' must be positive and finite"),
+    (["run", "--expand", "0"], "'0' is not a positive integer"),
+    (["recovery", "--block-tokens", "x"], "'x' is not a positive integer"),
     (["sweep", "--workloads", "mooncake:/nonexistent/trace"],
      "Mooncake trace '/nonexistent/trace' does not exist"),
     (["run", "--designs", "sarp,ssd-blockhash,sarp"], "'sarp' is listed twice"),
@@ -96,6 +98,25 @@ def test_a_malformed_mooncake_trace_is_refused_before_the_run(text, says, tmp_pa
     err = capsys.readouterr().err
     assert "argument --workloads: " in err and says in err and "Traceback" not in err
     assert not out.exists()
+
+
+def test_a_mooncake_trace_is_read_with_the_block_tokens_and_expansion_given(tmp_path):
+    """--block-tokens and --expand reach the trace's reader: each full hashed block of 16
+    tokens becomes 4 blocks (the partial last one is not indexed), and results.json says how
+    the trace was read."""
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"timestamp": 0, "input_length": 40, "output_length": 1, "hash_ids": [1, 2, 3]},
+        {"timestamp": 1, "input_length": 48, "output_length": 1, "hash_ids": [1, 2, 4]}]))
+    name, out = f"mooncake:{trace}", tmp_path / "out"
+    assert main(["run", "--workloads", name, "--designs", "sarp", "--backends", "memory",
+                 "--sweep", "none", "--threads", "none", "--recovery-blocks", "none",
+                 "--repeat", "1", "--min-time", "0", "--block-tokens", "16", "--expand", "4",
+                 "--no-progress", "--out", str(out)]) == 0
+    meta = load_results(out)["meta"]
+    assert meta["options"]["mooncake"] == {"block_tokens": 16, "expand": 4}
+    # hashed blocks 1, 2 and 4: 3 covers the partial end of the first input
+    assert meta["workloads"][name]["unique_blocks"] == 4 * 3
 
 
 def test_every_option_of_every_command_has_help():

@@ -517,12 +517,14 @@ def test_a_damaged_store_kind_marker_is_corruption(tmp_path):
     ("count", "has a bad segment count"),
     ("huge count", "has a bad segment count"),
     ("padding", "has a bad segment count"),
+    ("short record", "has a bad segment count"),
     ("next id", "not below its next segment id"),
 ])
 def test_a_damaged_journal_is_refused_naming_file_and_fault(tmp_path, damage, fault):
     """A journal that is not one (cut inside its header, another format version) or holds a
     checksummed record whose segment count disagrees with its length, whose padding is not
-    zero, or whose next segment id is not past its segments', is never replayed."""
+    zero, or whose next segment id is not past its segments', is never replayed; nor one
+    shorter than a payload header (no writer makes one: a torn write fails its checksum)."""
     path = tmp_path / "i"
     build(path, 0, 12, snapshots_at={5})
     jpath = journal.files(path)[-1][1]
@@ -543,7 +545,9 @@ def test_a_damaged_journal_is_refused_naming_file_and_fault(tmp_path, damage, fa
             next_id = struct.unpack_from("<Q", payload, journal.PAYLOAD_HEADER.size)[0]
         journal.PAYLOAD_HEADER.pack_into(payload, 0, seq, next_id, blocks, n, synced)
         payload[-1] |= damage == "padding"
-        head = journal.RECORD_HEADER.pack(length, 0, xxh64(bytes(payload)))
+        if damage == "short record":  # shorter than a payload header, the rest left behind
+            payload = payload[:journal.PAYLOAD_HEADER.size - 8]
+        head = journal.RECORD_HEADER.pack(len(payload), 0, xxh64(bytes(payload)))
         jpath.write_bytes(raw[:off] + head + bytes(payload) + raw[start + length:])
     with pytest.raises(RecoveryError, match=f"{jpath.name}: .*{fault}"):
         sarp.open(path, backend="wiredtiger")

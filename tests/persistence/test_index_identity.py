@@ -126,6 +126,24 @@ def test_a_malformed_index_id_in_sarp_json_is_refused(tmp_path, field, value):
                         backend="wiredtiger")
 
 
+@pytest.mark.parametrize("change, named", [
+    (lambda cfg: cfg.pop("tau"), "missing: tau"),
+    (lambda cfg: cfg.pop("namespace"), "missing: namespace"),
+    (lambda cfg: cfg.update(spare=1), "spare"),
+], ids=["tau_missing", "namespace_missing", "unknown"])
+def test_a_configuration_missing_or_adding_a_parameter_is_refused(tmp_path, change, named):
+    """Checked past the checksum (made good here): a parameter missing is never taken at its
+    default, nor an unknown one ignored; the open names the parameter."""
+    path = tmp_path / "i"
+    build(path, 0, 2)
+    data = json.loads((path / "sarp.json").read_text())
+    change(data["config"])
+    signed = {"config": data["config"], "index_id": data["index_id"]}
+    data["checksum"] = f"{xxh64(json.dumps(signed, sort_keys=True).encode()):016x}"
+    (path / "sarp.json").write_text(json.dumps(data, indent=1, sort_keys=True))
+    assert_open_refused(path, CorruptionError, named, backend="wiredtiger")
+
+
 def test_a_changed_index_id_fails_the_checksum(tmp_path):
     path = tmp_path / "i"
     build(path, 0, 2)
@@ -156,6 +174,27 @@ def test_an_index_of_the_formats_before_ids_opens_and_goes_on(tmp_path, journal_
     assert (path / "sarp.json").read_bytes() == old_json
     assert snapshot.load(FileIO(), snapshot.candidates(path)[0][1], True).state.index_id == 0
     assert assert_all_match(path, 12)["snapshot"] == snapshot.FILES.name(2)
+
+
+def test_records_appended_to_a_journal_of_version_2_keep_its_padding_zero(tmp_path):
+    """Version 2 has padding, 0, where later versions name the synced bytes: records this
+    build appends to such a journal, also after its syncs, keep it 0."""
+    path = tmp_path / "i"
+    build(path, 0, 4)
+    downgrade(path, 2)
+    with sarp.open(path, backend="wiredtiger", snapshot_on_close=False) as index:
+        for i in range(4, 8):
+            insert(index, i)
+            index.flush()
+        raw = journal.files(path)[-1][1].read_bytes()
+    assert struct.unpack_from("<I", raw, 8)[0] == 2
+    off, padding = journal.HEADERS[2].size, []
+    while off < len(raw):
+        length = journal.RECORD_HEADER.unpack_from(raw, off)[0]
+        padding.append(journal.PAYLOAD_HEADER.unpack_from(raw, off + journal.RECORD_HEADER.size)[4])
+        off += journal.RECORD_HEADER.size + length
+    assert off == len(raw) and padding == [0] * 8
+    assert_all_match(path, 8)
 
 
 def test_a_file_of_an_index_before_ids_is_refused_by_an_index_with_one(tmp_path):
