@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Set
 import numpy as np
 
 from sarp._core.blockids import chain_block_ids, namespace_seed
-from sarp.checks import check_int, check_iterable
+from sarp.checks import check_int, check_iterable, listed
 
 _TOKEN_LIMIT = 2**32
 _ID_LIMIT = 2**64
@@ -53,7 +53,8 @@ def _integer_array(values: object, name: str, limit: int, dtype: type) -> np.nda
         _check_one_dimensional(values, name)
     # sets and mappings have no token order
     seq = (values.tolist() if isinstance(values, np.ndarray)
-           else list(check_iterable(values, name, "a sequence of integers", (Set, Mapping))))
+           else listed(check_iterable(values, name, "a sequence of integers", (Set, Mapping)),
+                       name))
     for t in set(map(type, seq)):
         if issubclass(t, (bool, np.bool_)) or not issubclass(t, (int, np.integer)):
             raise TypeError(f"{name} must hold integers, found {t.__name__}")

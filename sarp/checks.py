@@ -37,10 +37,15 @@ def check_bool(value: object, name: str) -> bool:
     return value
 
 
+#: the longest name of one file or directory that Linux file systems take, in bytes
+NAME_MAX = 255
+
+
 def check_path(path: object, name: str = "path") -> Path:
     """``path`` (a str or os.PathLike) as a Path, or raise naming the argument: TypeError for
-    another type, ValueError for an empty path (it would mean the working directory) or one
-    holding a NUL byte."""
+    another type, ValueError for an empty path (it would mean the working directory), one
+    holding a NUL byte, one the file system's encoding cannot encode, or one with a name
+    longer than ``NAME_MAX`` bytes (refused before any directory above it is made)."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"{name} must be a str or os.PathLike, got {type(path).__name__}")
     text = os.fspath(path)
@@ -48,6 +53,13 @@ def check_path(path: object, name: str = "path") -> Path:
         raise TypeError(f"{name} must name a path as text, got {type(text).__name__}")
     if not text or "\0" in text:
         raise ValueError(f"{name} must be a non-empty path without NUL bytes, got {text!r}")
+    try:
+        longest = max(len(part) for part in os.fsencode(text).split(b"/"))
+    except UnicodeEncodeError:
+        raise ValueError(f"{name} cannot be encoded as a file name, got {text!r}") from None
+    if longest > NAME_MAX:
+        raise ValueError(f"{name} holds a name of {longest} bytes, longer than the "
+                         f"{NAME_MAX} a file system takes")
     return Path(text)
 
 
@@ -61,6 +73,15 @@ def check_iterable(value: object, name: str, what: str,
     if isinstance(value, _TEXT + exclude) or not isinstance(value, Iterable):
         raise TypeError(f"{name} must be {what}, got {type(value).__name__}")
     return value
+
+
+def listed(value: Iterable[Any], name: str) -> list[Any]:
+    """The items of the iterable ``value`` in a list; ValueError naming the argument when
+    they are more than a list can hold (``range(2**64)``)."""
+    try:
+        return list(value)
+    except OverflowError:
+        raise ValueError(f"{name} holds more items than a list can") from None
 
 
 def check_directory(path: Path, is_file: str, cannot_create: str) -> None:

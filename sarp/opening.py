@@ -79,6 +79,8 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
             raise _without_config(root, ", ".join(sorted(p.name for _, p in numbered)))
         raise ValueError(f"path {str(root)!r} is not empty and holds no SARP index")
     if existing:
+        if not cfg_file.is_file():
+            raise CorruptionError(f"{str(cfg_file)!r} is not a file")
         stored, index_id = loads(cfg_file.read_bytes(), str(cfg_file))
         cfg = wanted.merged_with_stored(stored, set(config))
     else:
@@ -86,10 +88,13 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
         cfg = stored
     kind = _store_kind(root, backend, existing)
     storage_backends.store_class(kind, store_options)
+    # a new store takes the engine's options for dense keys (segment ids); an existing one
+    # keeps what it was created with, whatever store_options made it (given ones are checked)
+    dense = not existing
     salvage_s = None
     if _salvage:
         t1 = time.perf_counter()
-        storage_backends.salvage(root / STORE_DIR, kind, dense_keys=True, **store_options)
+        storage_backends.salvage(root / STORE_DIR, kind, dense_keys=dense, **store_options)
         salvage_s = time.perf_counter() - t1
 
     def created_meanwhile() -> Index:
@@ -113,7 +118,7 @@ def open(path: str | os.PathLike, backend: str | None = None, *,
     try:
         store = storage_backends.open_store(
             kind, root / STORE_DIR, memory_budget=memory_budget, durability=durability,
-            direct_io=direct_io, dense_keys=True, **store_options)
+            direct_io=direct_io, dense_keys=dense, **store_options)
     except StoreLockedError:
         raise  # another open holds the store: nothing there is this one's to remove
     except StoreKindError:
@@ -310,8 +315,9 @@ def _check_open_options(every_inserts: object, every_seconds: object,
 
 
 def require_index(path: str | os.PathLike) -> None:
-    """Raise ValueError unless ``path`` holds a SARP index (``open`` would create one)."""
-    if not (check_path(path) / CONFIG_FILE).is_file():
+    """Raise ValueError unless ``path`` holds a SARP index (``open`` would create one); one
+    whose sarp.json is not a file is left for ``open`` to refuse as damaged."""
+    if not (check_path(path) / CONFIG_FILE).exists():
         raise ValueError(f"path {str(path)!r} holds no SARP index")
 
 

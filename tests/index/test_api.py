@@ -68,6 +68,8 @@ def test_match_returns_blocks_tokens_ids_and_metadata(index):
          "block_ids must be one-dimensional"),
         (dict(block_ids=np.array([[1, 2]], dtype=object)), ValueError,
          "block_ids must be one-dimensional"),
+        (dict(block_ids=range(2**64)), ValueError, "block_ids holds more items than a list"),
+        (dict(tokens=range(2**63)), ValueError, "tokens holds more items than a list"),
     ],
 )
 def test_bad_input_raises_and_leaves_the_index_unchanged(index, kwargs, exc, word):
@@ -201,6 +203,32 @@ def test_bad_open_options_raise_and_create_nothing(tmp_path, kwargs, exc, word):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("backend, created_with, kept", [
+    ("odirect", {"key_mode": "sparse"}, ("key_mode", "sparse")),
+    ("wiredtiger", {"leaf_page_kb": 8}, ("leaf_page_kb", 8)),
+])
+def test_a_store_keeps_the_options_it_was_created_with(tmp_path, capsys, backend,
+                                                        created_with, kept):
+    """The engines' options for dense keys apply when the store is created: a store created
+    with other store_options reopens, recovers (``sarp stats``) and rebuilds with none given,
+    and keeps its own."""
+    from sarp.cli import main
+
+    path = tmp_path / "i"
+    t = tokens(3000)
+    with sarp.open(path, backend=backend, store_options=created_with) as index:
+        index.insert(tokens=t)
+    with sarp.open(path) as index:
+        assert index.match(tokens=t).num_blocks == len(t) // 16
+        assert index.stats()["store"][kept[0]] == kept[1]
+    assert main(["stats", str(path)]) == 0
+    assert main(["rebuild", str(path), "--salvage"]) == 0
+    capsys.readouterr()
+    with sarp.open(path) as index:
+        assert index.match(tokens=t).num_blocks == len(t) // 16
+        assert index.stats()["store"][kept[0]] == kept[1]
+
+
 def test_a_failed_creation_leaves_the_directories_above_that_others_use(tmp_path):
     """The directories a failed creation made above its index are removed only while empty:
     another index may be created beside it."""
@@ -210,12 +238,19 @@ def test_a_failed_creation_leaves_the_directories_above_that_others_use(tmp_path
         assert [p.name for p in (tmp_path / "new").iterdir()] == ["other"]
 
 
-def test_an_empty_path_or_one_with_a_nul_byte_is_refused_by_name(tmp_path, monkeypatch):
+@pytest.mark.parametrize("backend", ["memory", "odirect"])
+def test_a_path_no_file_system_takes_is_refused_by_name(tmp_path, monkeypatch, backend):
+    """Refused before anything is made: an empty path, a NUL byte, a name the file system's
+    encoding cannot hold, a name longer than 255 bytes (under directories still to make)."""
     monkeypatch.chdir(tmp_path)  # an empty path would mean the working directory
-    for bad in ("", "i\0"):
-        with pytest.raises(ValueError, match="path must be a non-empty path"):
-            sarp.open(bad, backend="memory")
+    for bad, says in [("", "path must be a non-empty path"), ("i\0", "path must be a non-empty"),
+                      ("a/\ud800", "path cannot be encoded"),
+                      ("a/b/" + "x" * 256, "path holds a name of 256 bytes")]:
+        with pytest.raises(ValueError, match=says):
+            sarp.open(bad, backend=backend)
     assert list(tmp_path.iterdir()) == []
+    with sarp.open("a/b/" + "x" * 255, backend=backend):  # the longest name is taken
+        pass
 
 
 class _Int:

@@ -144,6 +144,19 @@ def test_a_configuration_missing_or_adding_a_parameter_is_refused(tmp_path, chan
     assert_open_refused(path, CorruptionError, named, backend="wiredtiger")
 
 
+def test_a_sarp_json_that_is_not_a_file_is_damage_to_open_and_to_the_command(tmp_path,
+                                                                              capsys):
+    from sarp.cli import main
+
+    path = tmp_path / "i"
+    build(path, 0, 2)
+    (path / "sarp.json").unlink()
+    (path / "sarp.json").mkdir()
+    assert_open_refused(path, CorruptionError, "sarp.json' is not a file", backend="wiredtiger")
+    assert main(["stats", str(path)]) == 1
+    assert "sarp.json' is not a file" in capsys.readouterr().err
+
+
 def test_a_changed_index_id_fails_the_checksum(tmp_path):
     path = tmp_path / "i"
     build(path, 0, 2)
