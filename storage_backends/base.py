@@ -20,7 +20,7 @@ import numpy.typing as npt
 from sarp._core.calls import Calls
 from sarp.checks import check_bool, check_int, check_iterable, check_path
 from sarp.errors import CorruptionError, StoreClosedError, StoreKindError
-from storage_backends.io import File, FileIO
+from storage_backends.io import LOCK_FILE, File, FileIO
 from storage_backends.write_stop import WriteStop
 
 S = TypeVar("S", bound="RecordStore")
@@ -107,31 +107,50 @@ def stored_kind(path: str | Path) -> str | None:
         raise CorruptionError(f"{str(marker)!r} is damaged: {exc}") from exc
 
 
-def claim_directory(path: str | Path, kind: str, io: FileIO | None = None) -> Path:
-    """Create or check the store directory ``path`` and its kind marker.
+def claim_directory(path: str | Path, kind: str, io: FileIO | None = None) -> File:
+    """Create or check the store directory ``path`` and its kind marker, and lock it
+    (``FileIO.lock``); returns the lock, held until it is closed.
 
     A path that is a file, or a directory holding another kind's store (or foreign files),
     raises ``StoreKindError`` and is left untouched. The marker is published whole
-    (``FileIO.publish``), and the entries of the directories it creates are made durable
-    too (their parents synced, the outermost first); a marker's
-    temporary file left by a crash does not count as a foreign file.
+    (``FileIO.publish``) under the lock, after the checks are made again there, so that of
+    two opens creating a store at once one creates it and the other raises
+    ``StoreLockedError`` (or ``StoreKindError``, for a store of another kind); the entries of
+    the directories it creates are made durable too (their parents synced, the outermost
+    first). The lock file, and a marker's temporary file left by a crash, do not count as
+    foreign files.
     """
     p = Path(path)
+    _check_claim(p, kind)
+    io = io or FileIO()
+    missing = io.make_dirs(p)
+    lock = io.lock(p, f"{kind} store")
+    try:
+        if not _check_claim(p, kind):
+            io.publish(p / KIND_FILE, (kind + "\n").encode())
+        for d in reversed(missing):  # each new directory's entry, from the outermost
+            io.fsync_dir(d.parent)
+    except BaseException:
+        lock.close()
+        raise
+    return lock
+
+
+def _check_claim(p: Path, kind: str) -> bool:
+    """Whether ``p`` holds a store of ``kind`` (False: none yet); StoreKindError for a file,
+    another kind's store or foreign files. The directory is listed before the marker is
+    read: the marker is published before any file of the store it names is made."""
     if p.exists() and not p.is_dir():
         raise StoreKindError(f"path {str(p)!r} is a file, not a store directory")
+    names = {c.name for c in p.iterdir()} if p.exists() else set()
     found = stored_kind(p)
     if found is not None:
         if found != kind:
             raise StoreKindError(f"path {str(p)!r} holds a {found!r} store, not {kind!r}")
-        return p
-    if p.exists() and {c.name for c in p.iterdir()} - {KIND_FILE + ".tmp"}:
+        return True
+    if names - {KIND_FILE + ".tmp", LOCK_FILE}:
         raise StoreKindError(f"path {str(p)!r} is not empty and holds no store")
-    io = io or FileIO()
-    missing = io.make_dirs(p)
-    io.publish(p / KIND_FILE, (kind + "\n").encode())
-    for d in reversed(missing):  # each new directory's entry, from the outermost
-        io.fsync_dir(d.parent)
-    return p
+    return False
 
 
 class RecordStore(ABC):
@@ -305,8 +324,7 @@ class RecordStore(ABC):
         as they read now before the engine reads them (``FileIO.redo_failed_syncs``). The
         body opens the engine; if it raises, the lock is released."""
         io = io or FileIO()
-        claim_directory(self.path, self.kind, io)
-        self._lock_file = io.lock(self.path, f"{self.kind} store")
+        self._lock_file = claim_directory(self.path, self.kind, io)
         try:
             self.redone_files = io.redo_failed_syncs(self.path)
             yield

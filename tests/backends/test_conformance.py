@@ -24,7 +24,8 @@ from sarp.errors import (
     WritesStoppedError,
 )
 from storage_backends import RecordStore, open_store
-from storage_backends.base import KIND_FILE, MAX_KEY, claim_directory
+from storage_backends.base import KIND_FILE, MAX_KEY, claim_directory, stored_kind
+from storage_backends.io import LOCK_FILE
 from tests.closing import close_under_calls
 
 from .conftest import BUDGET, payload, value_limit
@@ -477,10 +478,52 @@ def test_path_is_a_file(kind: str, open_kind: Any, tmp_path: Path) -> None:
 
 
 def test_path_holds_another_kind(kind: str, open_kind: Any, tmp_path: Path) -> None:
-    claim_directory(tmp_path / "other", "some-other-kind")
+    claim_directory(tmp_path / "other", "some-other-kind").close()
     with pytest.raises(StoreKindError):
         open_kind(kind, tmp_path / "other")
-    assert sorted(p.name for p in (tmp_path / "other").iterdir()) == [KIND_FILE]
+    assert sorted(p.name for p in (tmp_path / "other").iterdir()) == [LOCK_FILE, KIND_FILE]
+
+
+def _open_at_once(kinds: tuple[str, ...],
+                  path: Path) -> tuple[list[RecordStore], list[BaseException]]:
+    """Open a store of each of ``kinds`` at ``path`` from one thread each, released at once:
+    the stores opened and the errors raised."""
+    start = threading.Barrier(len(kinds))
+    opened: list[RecordStore] = []
+    errors: list[BaseException] = []
+
+    def create(kind: str) -> None:
+        start.wait()
+        try:
+            opened.append(open_store(kind, path, memory_budget=BUDGET, durability="none"))
+        except BaseException as exc:  # noqa: BLE001 - kept for the assertions
+            errors.append(exc)
+
+    threads = [threading.Thread(target=create, args=(k,)) for k in kinds]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return opened, errors
+
+
+@pytest.mark.parametrize("kinds", [("odirect", "odirect"), ("flashlog", "flashlog"),
+                                   ("odirect", "flashlog")])
+def test_two_opens_creating_one_store_at_once(kinds: tuple[str, str], tmp_path: Path) -> None:
+    """One creates it; the other raises StoreLockedError (or StoreKindError, finding the
+    other kind's store), never another error; the marker names the engine that created the
+    store, which reopens holding what was written."""
+    for trial in range(15):
+        path = tmp_path / str(trial)
+        opened, errors = _open_at_once(kinds, path)
+        assert len(opened) == 1, errors
+        assert [type(e) for e in errors] in ([StoreLockedError], [StoreKindError]), errors
+        store = opened[0]
+        assert stored_kind(path) == store.kind
+        store.put(1, b"kept")
+        store.close()
+        with open_store(store.kind, path, memory_budget=BUDGET) as again:
+            assert again.get(1) == b"kept"
 
 
 def test_path_holds_foreign_files(kind: str, open_kind: Any, tmp_path: Path) -> None:
@@ -671,11 +714,11 @@ def test_claiming_a_new_directory_syncs_the_entry_of_each_directory_it_creates(
             super().fsync_dir(path)
 
     store = tmp_path / "a" / "index" / "store"
-    claim_directory(store, "odirect", Recording())
+    claim_directory(store, "odirect", Recording()).close()
     # the marker's own publish syncs the store directory; then each new entry, outermost first
     assert synced == [store, tmp_path, tmp_path / "a", tmp_path / "a" / "index"]
     synced.clear()
-    claim_directory(store, "odirect", Recording())  # already there: nothing to make durable
+    claim_directory(store, "odirect", Recording()).close()  # there: nothing to make durable
     assert synced == []
 
 
