@@ -200,6 +200,7 @@ class RecordStore(ABC):
         checked = check_pairs(pairs)
         if not checked:
             self._check_open()
+            self._stop.check()  # an empty batch is refused as any write is
             return
         self._run_write(lambda: self._put_many(checked))
         nbytes = 0
@@ -234,6 +235,10 @@ class RecordStore(ABC):
     def scan(self) -> Iterator[tuple[int, bytes]]:
         """Every live record, in ascending key order (used by rebuild and tests).
 
+        Writes made while a scan runs may or may not show in it: memory, odirect and the flash
+        log scan what was stored when the scan started; WiredTiger and RocksDB read in chunks
+        of keys, and show a write past the chunks already read. A record stored before the
+        scan and not changed during it is always returned.
         A scan continued after ``close()`` raises StoreClosedError; the engine is not touched.
         Starting the scan is a call ``close()`` waits for (some engines read everything then).
         """
