@@ -83,7 +83,7 @@ def check_value(value: object, name: str = "value") -> bytes:
         return value
     if isinstance(value, (bytearray, memoryview)):
         return bytes(value)
-    raise TypeError(f"{name} must be bytes, got {type(value).__name__}")
+    raise TypeError(f"{name} must be bytes, bytearray or memoryview, got {type(value).__name__}")
 
 
 def check_store_args(memory_budget: object, durability: object, direct_io: object) -> int:

@@ -349,7 +349,7 @@ def test_key_not_an_integer(store: RecordStore, bad: Any) -> None:
 
 @pytest.mark.parametrize("bad", ["text", None, 5, [1, 2]])
 def test_value_not_bytes(store: RecordStore, bad: object) -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="value must be bytes, bytearray or memoryview, got"):
         store.put(1, bad)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         store.put_many([(2, b"ok"), (3, bad)])  # type: ignore[list-item]
