@@ -154,6 +154,8 @@ def candidate_order(
                    bits, True)
     while out < total:
         i = selection_next(&sel, &k)
+        if i < 0:  # the selection ran out before every filter was taken: ids repeat
+            raise ValueError("segs must hold unique segment ids")
         idx[out] = i
         fields[out] = k
         out += 1

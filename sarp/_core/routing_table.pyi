@@ -71,8 +71,10 @@ class RoutingTable:
         """Publish several private entries in one step."""
     def add_entry(self, key: int, flags: int = 0) -> int:
         """Create an empty entry for ``key`` (which must be absent) and return its id."""
-    def publish(self, entry: int, segs: npt.ArrayLike, filters: npt.ArrayLike) -> None:
-        """Replace ``entry``'s list with (segs, filters), which the caller keeps sorted."""
+    def publish(self, entry: int, segs: npt.NDArray[np.uint64],
+                filters: npt.NDArray[np.uint64]) -> None:
+        """Replace ``entry``'s list with (segs, filters): 1-D uint64 arrays of one length, at
+        most ``max_list``, the filters ascending and the segment ids unique."""
     def update_member(self, entry: int, seg: int, filt: int) -> bool:
         """If ``seg`` is on the list: give it filter ``filt`` (re-sorted, copy-on-write) and
         return True; else change nothing and return False."""

@@ -180,9 +180,12 @@ cdef class Points:
         self._parents = np.array(parents, dtype=np.int64)
         self._refinable = np.array(refinable, dtype=np.uint8)
         cdef Py_ssize_t n = self._offsets.shape[0], j
-        if self._offsets.ndim != 1 or self._parents.shape[0] != n or self._refinable.shape[0] != n:
-            raise ValueError(f"{n} offsets, {self._parents.shape[0]} parents and "
-                             f"{self._refinable.shape[0]} refinable flags")
+        if (self._offsets.ndim != 1 or self._parents.ndim != 1 or self._refinable.ndim != 1
+                or self._parents.shape[0] != n or self._refinable.shape[0] != n):
+            raise ValueError("offsets, parents and refinable must be 1-D and of one length, got "
+                             f"shapes {(<object>self._offsets).shape}, "
+                             f"{(<object>self._parents).shape} and "
+                             f"{(<object>self._refinable).shape}")
         check_layout(n_fields, bits)
         if stride < 1:
             raise ValueError(f"stride must be positive, got {stride}")
@@ -238,6 +241,8 @@ cdef class RoutingTable:
     cdef bint _top_known
 
     def __init__(self, Py_ssize_t capacity=64):
+        if not 0 <= capacity <= MAX_ENTRIES:  # entries it is sized for; ids are 32-bit
+            raise ValueError(f"capacity must be in [0, {MAX_ENTRIES}], got {capacity}")
         cdef Py_ssize_t cap = 16
         while 7 * cap < 10 * capacity:
             cap *= 2
@@ -371,6 +376,8 @@ cdef class RoutingTable:
     # -- writes (serialized by the caller) ----------------------------------------------------
     def set_flags(self, Py_ssize_t entry, int flags):
         self._check_entry(entry)
+        if not 0 <= flags <= 0xFF:
+            raise ValueError(f"flags must be in [0, 255], got {flags}")
         self.g.ef[entry] = <uint8_t>flags
 
     def make_visible(self, entries):
@@ -406,22 +413,33 @@ cdef class RoutingTable:
         return e
 
     def publish(self, Py_ssize_t entry, segs, filters):
-        """Replace ``entry``'s list with (segs, filters), which the caller keeps sorted."""
+        """Replace ``entry``'s list with (segs, filters): 1-D uint64 arrays of one length, at
+        most ``max_list``, the filters ascending (the list's order) and the segment ids unique
+        (copied: any layout is taken)."""
         self._check_entry(entry)
+        for name, a in (("segs", segs), ("filters", filters)):
+            if not (isinstance(a, np.ndarray) and a.dtype.kind == "u" and a.itemsize == 8
+                    and a.ndim == 1):
+                raise TypeError(f"{name} must be a 1-D uint64 array")
         cdef uint64_t[::1] sv = np.require(segs, np.uint64, ["C_CONTIGUOUS", "ALIGNED"])
         cdef uint64_t[::1] fv = np.require(filters, np.uint64, ["C_CONTIGUOUS", "ALIGNED"])
-        cdef Py_ssize_t n = sv.shape[0]
+        cdef Py_ssize_t n = sv.shape[0], i
         if fv.shape[0] != n:
             raise ValueError("segs and filters must have the same length")
-        if n > MAX_LIST:
-            raise ValueError(f"posting list of {n} references exceeds the limit {MAX_LIST}")
+        if n > self._max_list:
+            raise ValueError(f"posting list of {n} references exceeds the limit {self._max_list}")
+        for i in range(1, n):
+            if fv[i] < fv[i - 1]:
+                raise ValueError("filters must be ascending")
+        if len(np.unique(segs)) != n:
+            raise ValueError("segs must hold unique segment ids")
         cdef Py_ssize_t old = self._len(self.g, entry)
         if self.arena_used + n > self.g.ref_seg.shape[0]:
             self._grow_arena(n)
         cdef _Generation g = self.g
         cdef uint64_t[::1] rs = g.ref_seg
         cdef uint64_t[::1] rf = g.ref_filter
-        cdef Py_ssize_t off = self.arena_used, i
+        cdef Py_ssize_t off = self.arena_used
         for i in range(n):
             rs[off + i] = sv[i]
             rf[off + i] = fv[i]

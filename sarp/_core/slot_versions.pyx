@@ -172,28 +172,36 @@ def parse_slots(buf, uint64_t first, Py_ssize_t count, Py_ssize_t extent, Py_ssi
         raise ValueError(f"vbytes must be at least max_value + {VERSION_OVERHEAD}, got {vbytes}")
     if first % <uint64_t>extent:
         raise ValueError(f"first must start an extent of {extent} slots, got {first}")
-    cdef cnp.ndarray state = np.empty((count, 2), dtype=np.uint8)
-    cdef cnp.ndarray seq = np.empty((count, 2), dtype=np.uint64)
-    cdef cnp.ndarray flags = np.empty((count, 2), dtype=np.uint8)
-    cdef cnp.ndarray key = np.empty((count, 2), dtype=np.uint64)
-    cdef cnp.ndarray length = np.empty((count, 2), dtype=np.uint32)
-    cdef cnp.ndarray offset = np.empty((count, 2), dtype=np.int64)
-    cdef cnp.ndarray synced = np.empty((count, 2), dtype=np.uint64)
-    cdef uint8_t* st = <uint8_t*>cnp.PyArray_DATA(state)
-    cdef uint64_t* sq = <uint64_t*>cnp.PyArray_DATA(seq)
-    cdef uint8_t* fl = <uint8_t*>cnp.PyArray_DATA(flags)
-    cdef uint64_t* ky = <uint64_t*>cnp.PyArray_DATA(key)
-    cdef uint32_t* ln = <uint32_t*>cnp.PyArray_DATA(length)
-    cdef int64_t* at = <int64_t*>cnp.PyArray_DATA(offset)
-    cdef uint64_t* sy = <uint64_t*>cnp.PyArray_DATA(synced)
     cdef Py_buffer view
     cdef Py_ssize_t i, c, j
     cdef object need = (-(-count // extent)) * <object>extent * 2 * vbytes  # cannot wrap
     cdef const unsigned char* base
+    cdef cnp.ndarray state, seq, flags, key, length, offset, synced
+    cdef uint8_t* st
+    cdef uint8_t* fl
+    cdef uint64_t* sq
+    cdef uint64_t* ky
+    cdef uint64_t* sy
+    cdef uint32_t* ln
+    cdef int64_t* at
     get_buffer(buf, &view)
     try:
-        if view.len < need:
+        if view.len < need:  # before the arrays are made: count is the caller's
             raise ValueError(f"buf must hold {need} bytes for {count} slots, got {view.len}")
+        state = np.empty((count, 2), dtype=np.uint8)
+        seq = np.empty((count, 2), dtype=np.uint64)
+        flags = np.empty((count, 2), dtype=np.uint8)
+        key = np.empty((count, 2), dtype=np.uint64)
+        length = np.empty((count, 2), dtype=np.uint32)
+        offset = np.empty((count, 2), dtype=np.int64)
+        synced = np.empty((count, 2), dtype=np.uint64)
+        st = <uint8_t*>cnp.PyArray_DATA(state)
+        sq = <uint64_t*>cnp.PyArray_DATA(seq)
+        fl = <uint8_t*>cnp.PyArray_DATA(flags)
+        ky = <uint64_t*>cnp.PyArray_DATA(key)
+        ln = <uint32_t*>cnp.PyArray_DATA(length)
+        at = <int64_t*>cnp.PyArray_DATA(offset)
+        sy = <uint64_t*>cnp.PyArray_DATA(synced)
         base = <const unsigned char*>view.buf
         with nogil:
             for i in range(count):

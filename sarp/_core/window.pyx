@@ -47,6 +47,11 @@ COUNTERS = ("windows", "routing_probes", "candidates_before", "candidates_after"
             "segments_retrieved", "blocks_verified", "segments_missing")
 
 
+#: the longest window and stride a matcher takes (Config keeps both within 65535): far below
+#: what would make a window's end or a filter's reach wrap
+cdef Py_ssize_t MAX_SPAN = 1 << 32
+
+
 cdef inline const uint64_t* u64_data(cnp.ndarray a) noexcept:
     return <const uint64_t*>cnp.PyArray_DATA(a)
 
@@ -102,9 +107,11 @@ cdef class WindowMatcher:
         ``max_retrieval`` 0 means unbounded; ``unbounded_at(entry)``, if given, says where to
         lift it."""
         check_layout(n_fields, bits)
-        if window_blocks < 1 or stride < 1 or max_retrieval < 0:
-            raise ValueError("window_blocks and stride must be positive and max_retrieval "
-                             f"non-negative, got {window_blocks}, {stride}, {max_retrieval}")
+        # bounded so that a window's end and a filter's reach stay far from wrapping
+        if not (0 < window_blocks <= MAX_SPAN and 0 < stride <= MAX_SPAN and max_retrieval >= 0):
+            raise ValueError(f"window_blocks and stride must be in [1, {MAX_SPAN}] and "
+                             f"max_retrieval non-negative, got {window_blocks}, {stride}, "
+                             f"{max_retrieval}")
         self._offsets = np.ascontiguousarray(probe_offsets, dtype=np.int64)
         if self._offsets.ndim != 1 or not _within(self._offsets, window_blocks):
             raise ValueError(f"probe_offsets must lie in [0, {window_blocks})")

@@ -644,7 +644,8 @@ def test_points_filters_are_filters_at_each_point():
 
 
 @pytest.mark.parametrize("bad, message", [
-    ("offset", "offset 8"), ("parent", "parent 8"), ("lengths", "refinable flags"),
+    ("offset", "offset 8"), ("parent", "parent 8"), ("lengths", "of one length"),
+    ("empty rows", "must be 1-D"),
     ("layout", "n_fields \\* bits must be 64"), ("bits", "bits must be in 1..32"),
     ("stride", "stride must be positive"),
 ])
@@ -657,6 +658,8 @@ def test_points_out_of_range_raise(bad, message):
         args["parents"] = [-1, 8]
     elif bad == "lengths":
         args["refinable"] = [1]
+    elif bad == "empty rows":  # two rows of nothing: no flag to read
+        args["refinable"] = np.zeros((2, 0), np.uint8)
     elif bad == "layout":
         args["bits"] = 7
     elif bad == "bits":
@@ -667,6 +670,28 @@ def test_points_out_of_range_raise(bad, message):
         rt.Points(8, args["offsets"], args["parents"], args["refinable"], pruning=True,
                   threshold=3, refinement=True, tau=4, n_fields=args["n_fields"],
                   bits=args["bits"], stride=args["stride"])
+
+
+def test_table_arguments_out_of_range_raise():
+    """A capacity whose table size would wrap, flags past a byte, and a list to publish that
+    is not uint64, out of order, repeats a segment or passes the limit: refused, nothing changed."""
+    for capacity in (-1, 9 * 10**17):
+        with pytest.raises(ValueError, match="capacity must be in"):
+            rt.RoutingTable(capacity)
+    t = rt.RoutingTable()
+    e = t.add_entry(5)
+    with pytest.raises(ValueError, match="flags must be in"):
+        t.set_flags(e, 256)
+    t.max_list = 2
+    for segs, error, says in [(np.array([-1]), TypeError, "segs must be a 1-D uint64"),
+                              (np.array([1.7]), TypeError, "segs must be a 1-D uint64"),
+                              (np.array([2, 2], np.uint64), ValueError, "unique segment ids"),
+                              (np.arange(3, dtype=np.uint64), ValueError, "exceeds the limit 2")]:
+        with pytest.raises(error, match=says):
+            t.publish(e, segs, np.zeros(len(segs), np.uint64))
+    with pytest.raises(ValueError, match="filters must be ascending"):
+        t.publish(e, np.array([1, 2], np.uint64), np.array([9, 2], np.uint64))
+    assert t.list_len(e) == 0 and t.flags(e) == 0  # as add_entry made it
 
 
 @pytest.mark.parametrize("bad", ["ids", "filters", "dtype", "point", "prev", "root"])

@@ -168,6 +168,13 @@ def test_algorithm1_other_layouts(n_fields, bits, data):
     )
 
 
+def test_candidate_order_refuses_repeated_segment_ids():
+    """The selection takes each segment once: with an id repeated it runs out before every
+    filter is placed, and no order is made up for the rest."""
+    with pytest.raises(ValueError, match="segs must hold unique segment ids"):
+        candidate_order(u64([1, 2, 3]), 2, -1, segs=u64([5, 5, 5]))
+
+
 @given(posting_lists(), st.integers(-3, 40))
 def test_candidate_order_matches_reference(case, limit):
     filters, fq = case

@@ -144,6 +144,8 @@ def test_bad_arguments_are_refused():
         parse_slots(buf[:-1], 0, 4, 4, V, MAX_VALUE)
     with pytest.raises(ValueError, match="buf must hold"):  # a size past 2**64 bytes
         parse_slots(b"", 0, 2, 1, 2**62, MAX_VALUE)
+    with pytest.raises(ValueError, match="buf must hold"):  # before arrays of 2**40 slots
+        parse_slots(buf, 0, 2**40, 1, V, MAX_VALUE)
     with pytest.raises(TypeError, match="buf"):
         parse_slots("text", 0, 0, 4, V, MAX_VALUE)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="off"):

@@ -249,6 +249,11 @@ def test_window_matcher_argument_errors():
         WindowMatcher(table, _absent, q, 4, [4])
     with pytest.raises(ValueError, match="max_retrieval"):
         WindowMatcher(table, _absent, q, 4, [0], max_retrieval=-1)
+    # a window or stride whose sums with a block position could wrap
+    with pytest.raises(ValueError, match="window_blocks and stride must be in"):
+        WindowMatcher(table, _absent, q, 2**63 - 4, [0])
+    with pytest.raises(ValueError, match="window_blocks and stride must be in"):
+        WindowMatcher(table, _absent, q, 4, [0], stride=2**63 - 1)
     m = WindowMatcher(table, _absent, q, 4, [0])
     with pytest.raises(ValueError, match="ws"):
         m.match(5)
