@@ -47,6 +47,16 @@ PROPERTIES = ("block-cache-usage", "block-cache-capacity", "cur-size-all-mem-tab
               "num-running-compactions")
 
 
+#: write buffers (memtables) a store keeps at most: one filling while one is flushed
+WRITE_BUFFERS = 2
+
+
+def memory_sizes(memory_budget: int) -> tuple[int, int]:
+    """(block cache, each write buffer) in bytes for ``memory_budget``: half and a quarter of
+    it, each at least ``MIN_BUFFER``, so a store keeps more than its budget below 4 x that."""
+    return max(MIN_BUFFER, memory_budget // 2), max(MIN_BUFFER, memory_budget // 4)
+
+
 class RocksDBStore(RecordStore):
     """A ``RecordStore`` on a RocksDB database."""
 
@@ -58,7 +68,8 @@ class RocksDBStore(RecordStore):
         with self._claim():
             opts = Options(raw_mode=True)
             opts.create_if_missing(True)
-            self._cache = Cache(max(MIN_BUFFER, self.memory_budget // 2))
+            cache_bytes, buffer_bytes = memory_sizes(self.memory_budget)
+            self._cache = Cache(cache_bytes)
             table = BlockBasedOptions()
             table.set_block_cache(self._cache)
             table.set_cache_index_and_filter_blocks(True)
@@ -68,8 +79,8 @@ class RocksDBStore(RecordStore):
             table.set_pin_top_level_index_and_filter(True)
             table.set_pin_l0_filter_and_index_blocks_in_cache(True)
             opts.set_block_based_table_factory(table)
-            opts.set_write_buffer_size(max(MIN_BUFFER, self.memory_budget // 4))
-            opts.set_max_write_buffer_number(2)
+            opts.set_write_buffer_size(buffer_bytes)
+            opts.set_max_write_buffer_number(WRITE_BUFFERS)
             opts.set_max_background_jobs(2)
             opts.set_wal_recovery_mode(DBRecoveryMode.tolerate_corrupted_tail_records())
             if self.direct_io:

@@ -52,7 +52,9 @@ class BaselineIndex(ABC):
              block_size: int | None = None, segment_blocks: int | None = None,
              metadata_dtype: Any = None, **options: Any) -> T:
         """Open the index at ``path``, creating it if absent; None arguments take the stored
-        values (or the defaults of a new index). The recovery report is in ``idx.recovery``."""
+        values (or the defaults of a new index). The recovery report is in ``idx.recovery``;
+        its ``seconds`` time the whole open, the settings' read included, as SARP's do."""
+        started = time.perf_counter()
         unknown = sorted(set(options) - set(cls.options))
         if unknown:
             raise TypeError(f"{cls.__name__}.open() got unknown option(s): {', '.join(unknown)}")
@@ -62,10 +64,12 @@ class BaselineIndex(ABC):
             metadata_dtype=metadata_dtype, **options), cls._check_settings)
         store_args = dict(memory_budget=memory_budget, durability=durability,
                           direct_io=direct_io)
-        return cls(path, settings, store_args)
+        return cls(path, settings, store_args, started)
 
-    def __init__(self, path: Path, settings: Settings, store_args: dict[str, Any]):
-        t0 = time.perf_counter()
+    def __init__(self, path: Path, settings: Settings, store_args: dict[str, Any],
+                 started: float | None = None):
+        """``started``: the ``time.perf_counter()`` at which the open began (default now)."""
+        t0 = time.perf_counter() if started is None else started
         self.path = path
         self.io = FileIO()  # the design's own files (snapshots, markers)
         self.settings = settings

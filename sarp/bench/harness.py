@@ -174,8 +174,11 @@ def _workload_rows(opts: RunOptions, p: Prepared, backends: list[str], work: Pat
                     failed[name] = metrics.failed_row(
                         p.name, name, backend if DESIGNS[name].ssd else DRAM_BACKEND, exc)
                     continue
-                row = reps[name][-1][0]
-                if name == "sarp" and cap is None and row["routing_bytes"] is not None:
+                row, trace = reps[name][-1]
+                # SARP's routing bytes after the whole workload (a replay --time-limit cut
+                # short holds less: then the probe replays it whole)
+                if (name == "sarp" and cap is None and row["routing_bytes"] is not None
+                        and trace.completed == len(p.contexts)):
                     cap = _radix_cap(opts, row["routing_bytes"])
             rep += 1
         traces: dict[str, Trace | None] = {}

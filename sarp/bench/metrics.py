@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from sarp.bench.designs import is_sarp
+from sarp.bench.designs import DESIGNS, is_sarp
 from sarp.bench.replay import Prepared, Trace
 
 RECOVERY_STAGES = ("store_open_s", "snapshot_load_s", "deserialize_s", "rebuild_s",
@@ -102,7 +102,10 @@ def reads(row: dict[str, Any], design: str, trace: Trace) -> None:
                           ("candidates_retrieved", "segments_retrieved")):
             row[name] = st.get(key, 0) / windows if windows else None
         return
-    row["store_reads_per_match"] = st.get("store_reads", 0) / n
+    if design in DESIGNS and not DESIGNS[design].ssd:
+        mark_na(row, "store_reads_per_match", "the design keeps no record store")
+    else:
+        row["store_reads_per_match"] = st.get("store_reads", 0) / n
     for name in ("segment_retrievals_per_window", "candidates_before", "candidates_after",
                  "candidates_retrieved"):
         mark_na(row, name, SARP_ONLY)
@@ -150,8 +153,8 @@ def state(row: dict[str, Any], design: str, stats: dict[str, Any], p: Prepared) 
     if is_sarp(design):
         row["routing_entries"] = stats.get("routing_entries")
         row["routing_bytes"] = stats.get("routing_bytes")
-    else:
-        entries = stats.get("entries")
+    else:  # the tree's nodes in DRAM: a capped one spills the others to its store
+        entries = stats.get("resident_nodes", stats.get("entries"))
         if entries is None:
             mark_na(row, "routing_entries", "the design keeps no in-DRAM index")
         row["routing_entries"] = entries
@@ -206,14 +209,18 @@ def space_ratios(rows: list[dict[str, Any]]) -> None:
 
 
 def median_row(reps: list[dict[str, Any]]) -> dict[str, Any]:
-    """The repetitions of one row combined: the median of each number, the fewest requests."""
+    """The repetitions of one row combined: the median of each number (a number every
+    repetition gave alike, such as the memory budget, as it is), the fewest requests."""
     out = dict(reps[0])
     out["na"] = {k: v for r in reps for k, v in r["na"].items()}
     for name, value in reps[0].items():
         if name in KEYS or name == "na" or isinstance(value, (str, bool, list)):
             continue
         values = [r[name] for r in reps if isinstance(r.get(name), (int, float))]
-        out[name] = statistics.median(values) if values else None
+        if len(set(values)) == 1:
+            out[name] = values[0]  # no mean of two middle values turns an int into a float
+        else:
+            out[name] = statistics.median(values) if values else None
     refused = sorted({kind for r in reps for kind in r.get("direct_io_refused", [])})
     if refused:  # in any repetition: that one read through the page cache
         out["direct_io_refused"] = refused

@@ -81,8 +81,8 @@ def prepare(name: str, workload: Workload) -> Prepared:
 def store_budget(p: Prepared, share: float = 0.10) -> int:
     """The memory budget of SSD-backed designs: ``share`` of SSD-BlockHash's uncompressed
     store size (unique blocks x entry bytes), at least 1 byte. An engine raises a budget
-    below its own minimum itself (WiredTiger's cache: 1 MiB; RocksDB's cache and write
-    buffer: 64 KiB each); the report says when it does."""
+    below its own minimum itself (WiredTiger's cache: 1 MiB; RocksDB's cache and its two
+    write buffers: 64 KiB each); the report says when it does."""
     return max(1, int(p.unique_blocks * ENTRY_BYTES * share))
 
 

@@ -13,12 +13,20 @@ from storage_backends import flashlog, rocksdb_store, wiredtiger_store
 from storage_backends.io import MIN_BLOCK
 
 REPORT_FILE = "report.md"
-#: engine -> (the least it keeps in memory, in bytes, whatever its budget; the share of the
-#: budget that part gets): WiredTiger's cache, RocksDB's block cache, and the flash log's page
-#: buffer (one instance's page of 4 KiB device blocks; records stay there until it fills)
-MEMORY_FLOORS = {"wiredtiger": (wiredtiger_store.MIN_CACHE, 1.0),
-                 "rocksdb": (rocksdb_store.MIN_BUFFER, 0.5),
-                 "flashlog": (flashlog.MIN_PAGE_BLOCKS * MIN_BLOCK, 0.5)}
+
+
+def _rocksdb_held(budget: int) -> int:
+    cache, buffer = rocksdb_store.memory_sizes(budget)
+    return cache + rocksdb_store.WRITE_BUFFERS * buffer
+
+
+#: engine -> (the bytes of records it may keep in memory for a budget, whatever that budget;
+#: the share of the budget meant for them): WiredTiger's cache, RocksDB's block cache and
+#: write buffers, and the flash log's page buffers (at least one instance's page of 4 KiB
+#: device blocks; records stay there until it fills; its filters take the rest)
+MEMORY_HELD = {"wiredtiger": (lambda b: max(wiredtiger_store.MIN_CACHE, b), 1.0),
+               "rocksdb": (_rocksdb_held, 1.0),
+               "flashlog": (lambda b: max(flashlog.MIN_PAGE_BLOCKS * MIN_BLOCK, b // 2), 0.5)}
 RATIO_BASELINES = ("ssd-blockhash", "segment-radix-capped", "segment-hash")
 
 
@@ -174,15 +182,18 @@ def _header(meta: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
 
 def _budget_share(w: dict[str, Any]) -> str:
     """The budget against SSD-BlockHash's store, and the engines that keep more in memory than
-    the budget gives them (``MEMORY_FLOORS``), with a warning when that can hold the whole
+    the budget gives them (``MEMORY_HELD``), with a warning when that can hold the whole
     store (their rows then measure reads from DRAM)."""
     store = w["unique_blocks"] * ENTRY_BYTES
     if not store:
         return ""
     budget = w["memory_budget"]
     text = f" ({budget / store:.0%} of SSD-BlockHash's store)"
-    raised = [(kind, least) for kind, (least, part) in MEMORY_FLOORS.items()
-              if budget * part < least]
+    raised = []
+    for kind, (held, part) in MEMORY_HELD.items():
+        least = held(int(budget))
+        if least > budget * part:
+            raised.append((kind, least))
     if raised:
         text += "; engines that keep more in memory whatever the budget: " + ", ".join(
             f"{kind} {least >> 10} KiB ({least / store:.0%} of the store)"

@@ -19,7 +19,15 @@ from sarp.bench.measure import measure_once
 from sarp.bench.metrics import FIELDS
 from sarp.bench.progress import Progress
 from sarp.bench.recovery_bench import mix
-from sarp.bench.replay import BLOCK_TOKENS, ENTRY_BYTES, Prepared, Trace, prepare
+from sarp.bench.replay import (
+    BLOCK_TOKENS,
+    ENTRY_BYTES,
+    Prepared,
+    Trace,
+    prepare,
+    replay,
+    store_budget,
+)
 from sarp.bench.report import _budget_share, paired_range, ratios, render
 from sarp.bench.results import load_results, write_results
 
@@ -102,9 +110,12 @@ def test_exact_oracle_matches_the_longest_inserted_prefix(results):
 
 def test_store_reads_counted_for_store_designs_only(results):
     _, res = results
-    reads = {r["design"]: r["store_reads_per_match"] for r in res["rows"]}
-    assert reads["ssd-blockhash"] > 0 and reads["sarp"] > 0
-    assert reads["dram-blockhash"] == 0
+    rows = {r["design"]: r for r in res["rows"]}
+    assert rows["ssd-blockhash"]["store_reads_per_match"] > 0
+    assert rows["sarp"]["store_reads_per_match"] > 0
+    for design in ("dram-blockhash", "exact"):  # n/a, as their reads per request are
+        assert rows[design]["store_reads_per_match"] is None
+        assert rows[design]["na"]["store_reads_per_match"] == "the design keeps no record store"
 
 
 def test_store_reads_per_request_count_every_read_of_the_stores(results):
@@ -177,8 +188,10 @@ def test_dram_bytes_count_what_the_stores_keep_beside_their_budget():
     assert (row["routing_bytes"], row["store_dram_bytes"], row["dram_bytes"]) == (50, 4, 54)
     row = metrics.new_row("w", "segment-radix-capped", "wiredtiger")
     metrics.state(row, "segment-radix-capped", {"entries": 9, "dram_bytes": 80,
+                                                "resident_nodes": 4,
                                                 "store": {"kind": "wiredtiger"}}, p)
     assert row["store_dram_bytes"] is None and row["dram_bytes"] == 80
+    assert row["routing_entries"] == 4  # the nodes in DRAM, not the 5 spilled
     assert "store_dram_bytes" in row["na"] and "direct_io_refused" not in row
     row = metrics.new_row("w", "sarp", "flashlog")  # the file system refused O_DIRECT
     metrics.state(row, "sarp", {"routing_bytes": 5, "store": {
@@ -228,12 +241,17 @@ def test_the_budget_is_a_tenth_of_the_store_and_the_report_names_raised_caches(r
     assert w["memory_budget"] == w["unique_blocks"] * ENTRY_BYTES // 10
     line = _budget_share(w)
     assert "(10% of SSD-BlockHash's store)" in line
-    assert "wiredtiger 1024 KiB" in line and "rocksdb 64 KiB" in line and "flashlog" in line
+    assert "wiredtiger 1024 KiB" in line and "rocksdb 192 KiB" in line and "flashlog" in line
     assert "wiredtiger, rocksdb, flashlog can hold the whole store in memory" in line
     mid = {"unique_blocks": 200_000, "memory_budget": 480_000}  # 4.8 MB store
     line = _budget_share(mid)
     assert "wiredtiger 1024 KiB (22% of the store)" in line and "rocksdb" not in line
     assert "flashlog" not in line and "from DRAM" not in line
+    # RocksDB's cache and two write buffers keep at least 64 KiB each: more than a budget
+    # below 256 KiB, as budget / 2 + 2 x budget / 4 past it
+    line = _budget_share({"unique_blocks": 200_000, "memory_budget": 199_999})
+    assert "rocksdb 225 KiB" in line
+    assert "rocksdb" not in _budget_share({"unique_blocks": 200_000, "memory_budget": 262_144})
     big = {"unique_blocks": 1_000_000, "memory_budget": 2_400_000}
     assert _budget_share(big) == " (10% of SSD-BlockHash's store)"
 
@@ -357,6 +375,25 @@ def test_the_radix_cap_is_the_given_share_of_sarps_routing_bytes(tmp_path):
     assert any("0.25x SARP's routing bytes" in n for n in res["meta"]["notes"])
 
 
+def test_the_radix_cap_comes_from_a_whole_replay_when_the_time_limit_cuts_sarps(tmp_path):
+    """SARP's routing bytes after part of the workload would hold the tree to less than
+    "SARP's routing bytes on the same workload": the cap is then probed by a whole replay."""
+    opts = RunOptions(workloads=[WORKLOAD], designs=["sarp", "segment-radix-capped"],
+                      backends=["memory"], scale=0.3, repeat=1, threads=[], sweep=[],
+                      time_limit=1e-9)
+    res = run(opts, tmp_path / "run", Progress(False))
+    rows = {r["design"]: r for r in res["rows"]}
+    p = prepare(WORKLOAD, load_workload(WORKLOAD, 0.3, 0))
+    assert rows["sarp"]["requests"] < len(p.contexts)  # cut short
+    index = DESIGNS["sarp"].open(tmp_path / "whole", Setup("memory", store_budget(p), "group",
+                                                           True))
+    replay(index, p)
+    whole = int(index.stats()["routing_bytes"])
+    index.close()
+    assert rows["sarp"]["routing_bytes"] < whole
+    assert rows["segment-radix-capped"]["radix_cap"] == whole
+
+
 def test_thread_rows_are_medians_of_interleaved_repetitions(tmp_path, monkeypatch):
     p = prepare(WORKLOAD, load_workload(WORKLOAD, 0.05, 0))
     walls = iter([1.0, 4.0, 3.0, 2.0, 2.0, 1.0])  # threads 1, 2; repetition by repetition
@@ -386,6 +423,19 @@ def test_a_refusal_of_direct_io_in_any_repetition_stays_in_the_row():
         reps.append(r)
     assert metrics.median_row(reps)["direct_io_refused"] == ["flashlog", "odirect"]
     assert "direct_io_refused" not in metrics.median_row(reps[:1])
+
+
+def test_an_even_count_of_repetitions_keeps_a_number_they_all_gave():
+    """The median of two is the mean of the middle pair; a number both gave (the budget, the
+    routing bytes) stays the integer it was."""
+    reps = []
+    for rps in (100.0, 103.0):
+        r = metrics.new_row("w", "sarp", "odirect")
+        r.update(requests=10, throughput_rps=rps, routing_bytes=1536, truncated=False)
+        reps.append(r)
+    row = metrics.median_row(reps)
+    assert row["throughput_rps"] == 101.5
+    assert row["routing_bytes"] == 1536 and isinstance(row["routing_bytes"], int)
 
 
 def test_a_failing_section_is_a_note_and_the_rows_stay(tmp_path, monkeypatch):
