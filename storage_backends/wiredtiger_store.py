@@ -90,6 +90,11 @@ STATS = ("cache_bytes_inuse", "cache_bytes_max", "cache_pages_inuse", "cache_rea
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def cache_size(memory_budget: int) -> int:
+    """WiredTiger's cache for ``memory_budget``: all of it, and at least ``MIN_CACHE``."""
+    return max(MIN_CACHE, memory_budget)
+
+
 def _damage_checked(method: F) -> F:
     """``method`` of the store with WiredTiger's panic raised as CorruptionError."""
     @functools.wraps(method)
@@ -138,7 +143,7 @@ class WiredTigerStore(RecordStore):
         super().__init__(path, memory_budget, durability, direct_io)
         with self._claim():
             home = self._engine_home("wt")
-            self._cache_size = max(MIN_CACHE, self.memory_budget)
+            self._cache_size = cache_size(self.memory_budget)
             self._txn_bytes = max(16 << 10, self._cache_size // TXN_CACHE_FRACTION)
             config = (f"create,cache_size={self._cache_size},session_max={SESSION_MAX},"
                       f"log=(enabled=true,remove=true,file_max={LOG_FILE_MAX}),"

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from sarp.bench.designs import DESIGNS, is_sarp
+from sarp.bench.designs import is_sarp
 from sarp.bench.replay import Prepared, Trace
 
 RECOVERY_STAGES = ("store_open_s", "snapshot_load_s", "deserialize_s", "rebuild_s",
@@ -90,7 +90,8 @@ def hit_rate(row: dict[str, Any], trace: Trace, p: Prepared, exact: Trace | None
 
 
 def reads(row: dict[str, Any], design: str, trace: Trace) -> None:
-    """Store reads per match and, for SARP, the candidates per query window (Table 4)."""
+    """Store reads per match and, for SARP, the candidates per query window (Table 4); a
+    design without a record store gets n/a from ``request_reads``."""
     st, n = trace.stats, max(trace.completed, 1)
     if is_sarp(design):
         retrieved = st.get("segments_retrieved", 0)
@@ -102,10 +103,7 @@ def reads(row: dict[str, Any], design: str, trace: Trace) -> None:
                           ("candidates_retrieved", "segments_retrieved")):
             row[name] = st.get(key, 0) / windows if windows else None
         return
-    if design in DESIGNS and not DESIGNS[design].ssd:
-        mark_na(row, "store_reads_per_match", "the design keeps no record store")
-    else:
-        row["store_reads_per_match"] = st.get("store_reads", 0) / n
+    row["store_reads_per_match"] = st.get("store_reads", 0) / n
     for name in ("segment_retrievals_per_window", "candidates_before", "candidates_after",
                  "candidates_retrieved"):
         mark_na(row, name, SARP_ONLY)
@@ -113,10 +111,12 @@ def reads(row: dict[str, Any], design: str, trace: Trace) -> None:
 
 def request_reads(row: dict[str, Any], stats: dict[str, Any], trace: Trace) -> None:
     """Every logical read of the design's record stores (its matches, inserts and background
-    work, a spill store's included) per replayed request."""
+    work, a spill store's included) per replayed request. A design without one has no store
+    reads, per request or per match: both are n/a."""
     stores = [s for s in (stats.get("store"), stats.get("spill_store")) if s]
     if not stores:
-        mark_na(row, "store_reads_per_request", "the design keeps no record store")
+        for name in ("store_reads_per_match", "store_reads_per_request"):
+            mark_na(row, name, "the design keeps no record store")
         return
     row["store_reads_per_request"] = (sum(s["logical_reads"] for s in stores)
                                       / max(trace.completed, 1))

@@ -24,7 +24,7 @@ def _rocksdb_held(budget: int) -> int:
 #: the share of the budget meant for them): WiredTiger's cache, RocksDB's block cache and
 #: write buffers, and the flash log's page buffers (at least one instance's page of 4 KiB
 #: device blocks; records stay there until it fills; its filters take the rest)
-MEMORY_HELD = {"wiredtiger": (lambda b: max(wiredtiger_store.MIN_CACHE, b), 1.0),
+MEMORY_HELD = {"wiredtiger": (wiredtiger_store.cache_size, 1.0),
                "rocksdb": (_rocksdb_held, 1.0),
                "flashlog": (lambda b: max(flashlog.MIN_PAGE_BLOCKS * MIN_BLOCK, b // 2), 0.5)}
 RATIO_BASELINES = ("ssd-blockhash", "segment-radix-capped", "segment-hash")
