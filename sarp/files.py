@@ -29,3 +29,9 @@ class Numbered:
         found = ((self.seq(p), p) for p in directory.iterdir())
         return sorted((s, p) for s, p in found if s is not None)
 
+    def leftovers(self, directory: Path) -> list[tuple[int, Path]]:
+        """(seq, path) of the temporary files (``<name>.tmp``) that a publish of these files
+        cut short by a crash left in ``directory``, oldest first."""
+        found = ((self.seq(p.with_suffix("")), p) for p in directory.glob("*.tmp"))
+        return sorted((s, p) for s, p in found if s is not None)
+

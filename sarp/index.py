@@ -238,14 +238,19 @@ class Index:
                 with self._counter_lock:
                     self._since_snapshot = 0
                     self._last_snapshot = time.monotonic()
-            # every segment it names, and every probe, is durable first, in any mode
-            self.store.flush(durable=True)
-            path, nbytes = snapshot.write(self.io, self.path, state)
+            try:
+                # every segment it names, and every probe, is durable first, in any mode
+                self.store.flush(durable=True)
+                path, nbytes = snapshot.write(self.io, self.path, state)
+            except BaseException:
+                with self._dir_lock:  # no snapshot holds the directory: close takes one
+                    self._unsnapshotted = True
+                raise
             # the fallback stays: the newest older usable snapshot and the journals from it on
             # (a crash between a journal switch and its snapshot leaves a number unused)
             older = [n for n, _ in snapshot.FILES.files(self.path)
                      if n < seq and n not in self.unusable_snapshots]
-            self._remove_older_than(max(older, default=0))
+            self._remove_older_than(max(older, default=0), leftovers_to=seq)
             self._count("snapshots")
             return {"path": str(path), "seq": seq, "bytes": nbytes, "entries": len(keys),
                     "refs": len(segs), "seconds": time.perf_counter() - t0}
@@ -482,14 +487,17 @@ class Index:
             self.io.publish(self.path / CONFIG_FILE, dumps(stored, self.index_id).encode())
         self._remove_older_than(self.epoch)
 
-    def _remove_older_than(self, keep_from: float) -> None:
-        """Delete the snapshots and journals numbered below ``keep_from`` (``math.inf``: all)."""
-        for seq, p in snapshot.candidates(self.path):
-            if seq < keep_from:
-                self.io.unlink(p)
-        for seq, p in journal.files(self.path):
-            if seq < keep_from:
-                self.io.unlink(p)
+    def _remove_older_than(self, keep_from: float, leftovers_to: float = 0) -> None:
+        """Delete the snapshots and journals numbered below ``keep_from`` (``math.inf``: all),
+        and the temporary files of those numbered up to ``leftovers_to`` that a publish cut
+        short left (only this index, under its snapshot lock, publishes them)."""
+        for files in (snapshot.FILES, journal.FILES):
+            for seq, p in files.files(self.path):
+                if seq < keep_from:
+                    self.io.unlink(p)
+            for seq, p in files.leftovers(self.path):
+                if seq < keep_from or seq <= leftovers_to:
+                    self.io.unlink(p)
         self.io.fsync_dir(self.path)
 
     # -- argument checks -----------------------------------------------------------------

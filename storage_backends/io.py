@@ -10,6 +10,7 @@ torn-write tests.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import mmap
@@ -367,16 +368,25 @@ class FileIO:
         return missing
 
     def publish(self, path: str | Path, data: bytes) -> None:
-        """Write ``path`` whole or not at all: temporary file, fsync, rename, fsync of the dir."""
+        """Write ``path`` whole or not at all: temporary file, fsync, rename, fsync of the dir.
+
+        A write or sync that fails (a full disk) leaves ``path`` as it was and removes the
+        temporary file, so failed attempts do not hold the space they took; only a crash
+        leaves one (``<name>.tmp``)."""
         p = Path(path)
         tmp = p.with_name(p.name + ".tmp")
         f = self.open(tmp, direct=False)
         try:
-            f.truncate(0)
-            f.pwrite(data, 0)
-            self._sync(f, data_only=False)  # a failure leaves ``path`` as it was
-        finally:
-            f.close()
+            try:
+                f.truncate(0)
+                f.pwrite(data, 0)
+                self._sync(f, data_only=False)
+            finally:
+                f.close()
+        except BaseException:
+            with contextlib.suppress(OSError):
+                self.unlink(tmp)
+            raise
         self.rename(tmp, p)
         self.fsync_dir(p.parent)
 

@@ -14,6 +14,8 @@ stops the connection: WT_PANIC), a table file the open cannot read (``_open_tabl
 WiredTiger asks to salvage (WT_TRY_SALVAGE) and a damaged log file header
 (``_check_log_headers``). WiredTiger's recovery cuts the log at the first record that fails its
 checksum and goes on without an error; no configuration makes it refuse (docs/durability.md).
+A write that fails (a full disk) raises OSError; when WiredTiger stops the connection for it,
+the panic is raised as StoreError (``_stopped``), and reopening recovers the store.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import errno
 import functools
 import os
 import re
+import resource
 import struct
 import threading
 import time
@@ -62,11 +65,19 @@ MAX_LEAF_PAGE_KB = 512 << 10  # WiredTiger's limit, 512 MB
 # about 0.1-0.3 s and 200 MB of disk, more than the rest of SARP's recovery. 4 MB files open in
 # about 10 ms; recovery still replays only the log since the last checkpoint.
 LOG_FILE_MAX = "4MB"
-# WiredTiger stops a connection that reads damaged data (a block failing its checksum): this call
-# and every later one fail with WT_PANIC. By default it then aborts the process, which would
-# take the server embedding the index down with it; corruption_abort=false makes it return.
+# WiredTiger stops a connection that reads damaged data (a block failing its checksum) or
+# fails to write its log or a checkpoint (a full disk): this call and every later one fail with
+# WT_PANIC. A diagnostic (Debug) build then aborts the process, which would take the server
+# embedding the index down with it (install.sh builds Release); corruption_abort=false makes
+# such a build return on damage too.
 NO_ABORT = "debug_mode=(corruption_abort=false)"
 PANIC = wiredtiger.wiredtiger_strerror(wiredtiger.WT_PANIC)
+# The OS errors WiredTiger passes up as their strerror text, raised as OSError: a full disk or
+# quota, a file past its size limit, a device error, a read-only file system.
+OS_FAILURES = {os.strerror(code): code
+               for code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS)}
+# A panic on a file system with less free space than this is reported as a failed write.
+FULL_BELOW = 64 << 20
 # What opening the table raises, without stopping the connection, for a file it cannot read as
 # the table's (not a WiredTiger file, shorter than its checkpoint says) or cannot find. Both are
 # damage there; elsewhere WT_ERROR is not (a connection out of sessions raises it too).
@@ -95,16 +106,28 @@ def cache_size(memory_budget: int) -> int:
     return max(MIN_CACHE, memory_budget)
 
 
-def _damage_checked(method: F) -> F:
-    """``method`` of the store with WiredTiger's panic raised as CorruptionError."""
+def build() -> str:
+    """WiredTiger's version and build kind, which the benchmark records: a diagnostic (Debug)
+    build runs at -Og with assertions, so its figures are not a released engine's."""
+    kind = "diagnostic build" if wiredtiger.diagnostic_build() else "release build"
+    return f"{wiredtiger.wiredtiger_version()[0]}, {kind}"
+
+
+def _engine_checked(method: F) -> F:
+    """``method`` of the store with WiredTiger's errors raised as the store's: an OS error
+    (``OS_FAILURES``) as OSError, a panic as ``_stopped`` gives it."""
     @functools.wraps(method)
     def run(self: WiredTigerStore, *args: Any) -> Any:
         try:
             return method(self, *args)
         except wiredtiger.WiredTigerError as exc:
+            code = OS_FAILURES.get(str(exc))
+            if code is not None:
+                self._os_failure = str(exc)
+                raise OSError(code, f"wiredtiger store at {str(self.path)!r}: {exc}") from exc
             if PANIC not in str(exc):
                 raise
-            raise self._damage(exc) from exc
+            raise self._stopped(exc) from exc
     return run  # type: ignore[return-value]
 
 
@@ -141,6 +164,7 @@ class WiredTigerStore(RecordStore):
             raise ValueError(f"leaf_page_kb must be a multiple of 4 in [4, {MAX_LEAF_PAGE_KB}], "
                              f"got {leaf_page_kb}")
         super().__init__(path, memory_budget, durability, direct_io)
+        self._os_failure: str | None = None  # the last OS error a call raised
         with self._claim():
             home = self._engine_home("wt")
             self._cache_size = cache_size(self.memory_budget)
@@ -195,7 +219,7 @@ class WiredTigerStore(RecordStore):
                     f"the records logged since the last checkpoint without an error; "
                     f"{SALVAGE_HINT}, without those records")
 
-    @_damage_checked
+    @_engine_checked
     def _connect(self, home: Path, config: str) -> Any:
         return wiredtiger.wiredtiger_open(str(home), config)
 
@@ -213,7 +237,7 @@ class WiredTigerStore(RecordStore):
                 f"file {FILE.removeprefix('file:')} ({exc}): it is damaged or missing; its "
                 f"report on stderr names the fault; {SALVAGE_HINT}") from exc
 
-    @_damage_checked
+    @_engine_checked
     def _setup(self, leaf_page_kb: int) -> int:
         """Create the table if it is new and open it, so that a table file WiredTiger cannot
         read is found by the open (``_open_table``), not by the first read (salvage reads it
@@ -229,7 +253,7 @@ class WiredTigerStore(RecordStore):
         setup.close()
         return size
 
-    @_damage_checked
+    @_engine_checked
     def _salvage(self) -> None:
         """Salvage the table, also a file whose descriptor block is damaged (``force``); a
         table file that is gone leaves no block to keep: the table is created again, empty."""
@@ -246,8 +270,28 @@ class WiredTigerStore(RecordStore):
         finally:
             session.close()
 
-    def _damage(self, exc: Exception) -> CorruptionError:
-        """WiredTiger's panic as CorruptionError: what it found went to stderr."""
+    def _stopped(self, exc: Exception) -> StoreError | CorruptionError:
+        """WiredTiger's panic, after which every call on this store fails. After an OS error
+        of this store, on a file system all but full or under a file size limit, it stopped
+        on a failed write: StoreError, and reopening recovers the store as after a crash.
+        Otherwise it found damaged data: CorruptionError. Its report went to stderr."""
+        cause = self._os_failure
+        if cause is None:
+            limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+            try:
+                st = os.statvfs(self.path)
+                free = st.f_bavail * st.f_frsize
+            except OSError:
+                free = FULL_BELOW
+            if free < FULL_BELOW:
+                cause = f"{free} bytes free on its file system"
+            elif limit != resource.RLIM_INFINITY:
+                cause = f"a file size limit of {limit} bytes is set"
+        if cause is not None:
+            return StoreError(
+                f"wiredtiger store at {str(self.path)!r}: WiredTiger stopped after a write "
+                f"failed ({cause}; {exc}); every later call on this store fails: close it, "
+                f"make room and reopen it, which recovers it as after a crash")
         return CorruptionError(
             f"wiredtiger store at {str(self.path)!r}: WiredTiger found damaged data and "
             f"stopped ({exc}); its report on stderr names the file and block, and every later "
@@ -322,15 +366,15 @@ class WiredTigerStore(RecordStore):
             h.cursor.reset()  # release the cursor's page before the next transaction
             return
 
-    @_damage_checked
+    @_engine_checked
     def _put_many(self, pairs: list[tuple[int, bytes]]) -> None:
         self._write(pairs)  # type: ignore[arg-type]
 
-    @_damage_checked
+    @_engine_checked
     def _delete(self, key: int) -> None:
         self._write([(key, None)])
 
-    @_damage_checked
+    @_engine_checked
     def _get_many(self, keys: list[int]) -> list[bytes | None]:
         c = self._handle().cursor
         out: list[bytes | None] = []
@@ -343,7 +387,7 @@ class WiredTigerStore(RecordStore):
     def _scan(self) -> Iterator[tuple[int, bytes]]:
         return self._scan_chunks(self._read_chunk)
 
-    @_damage_checked
+    @_engine_checked
     def _read_chunk(self, first: int, limit: int) -> list[tuple[int, bytes]]:
         c = self._handle().cursor
         rows: list[tuple[int, bytes]] = []
@@ -361,13 +405,13 @@ class WiredTigerStore(RecordStore):
         c.reset()
         return rows
 
-    @_damage_checked
+    @_engine_checked
     def _flush(self, sync: bool) -> None:
         self._handle().session.log_flush("sync=on" if sync else "sync=off")  # off: to the OS
         if sync:
             self._count("syncs", 1)
 
-    @_damage_checked
+    @_engine_checked
     def _close(self) -> None:
         with self._handles_lock:
             handles, self._handles = self._handles, []
@@ -377,7 +421,7 @@ class WiredTigerStore(RecordStore):
         finally:
             self._conn.close()  # takes a final checkpoint (after a panic: only frees it)
 
-    @_damage_checked
+    @_engine_checked
     def _engine_stats(self) -> dict[str, Any]:
         cursor = self._handle().session.open_cursor("statistics:")
         try:

@@ -29,3 +29,12 @@ def unavailable(kinds: list[str]) -> dict[str, str]:
             except Exception as exc:  # an engine that does not import or open is left out
                 out[kind] = f"{type(exc).__name__}: {exc}"
     return out
+
+
+def engine_builds(kinds: list[str]) -> dict[str, str]:
+    """The build of each engine among ``kinds`` (usable here) whose build changes what it
+    measures: WiredTiger's version and whether it is a diagnostic (Debug) build."""
+    if "wiredtiger" not in kinds:
+        return {}
+    from storage_backends import wiredtiger_store  # only where the engine imports
+    return {"wiredtiger": wiredtiger_store.build()}

@@ -23,7 +23,7 @@ from typing import Any
 
 import sarp
 from sarp.bench import metrics
-from sarp.bench.backends import unavailable
+from sarp.bench.backends import engine_builds, unavailable
 from sarp.bench.catalog import MooncakeOptions, effective_scale, load_workload
 from sarp.bench.designs import BREAKDOWN, DESIGNS, DRAM_BACKEND, Setup
 from sarp.bench.measure import combine, measure_once
@@ -33,6 +33,8 @@ from sarp.bench.replay import Prepared, Trace, prepare, replay, store_budget
 from sarp.bench.scaling import SCALING_DESIGNS, scaling
 from sarp.bench.sweep import DEFAULT_BUDGETS, sweep
 
+DIAGNOSTIC_NOTE = ("The {kind} rows ran on {build}: compiled -Og with assertions, not the "
+                   "engine as released; install.sh builds it as Release.")
 CAP_NOTE = ("Segment-Radix (capped) caps its in-DRAM tree at {share:g}x SARP's routing bytes on "
             "the same workload and backend (--radix-cap-share); the paper picks the cap so that "
             "its recovery time is comparable to SARP's (0.96-1.96x).")
@@ -257,7 +259,11 @@ def _summary(row: dict[str, Any]) -> str:
 
 
 def _meta(opts: RunOptions, skipped: dict[str, str]) -> dict[str, Any]:
+    builds = engine_builds([b for b in opts.backends if b not in skipped])
+    notes = [CAP_NOTE.format(share=opts.radix_cap_share)]
+    notes += [DIAGNOSTIC_NOTE.format(kind=kind, build=build)
+              for kind, build in builds.items() if "diagnostic" in build]
     return {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "options": dataclasses.asdict(opts),
             "skipped_backends": skipped, "workloads": {}, "radix_caps": {},
             "sarp_version": sarp.__version__, "python": platform.python_version(),
-            "cpus": os.cpu_count(), "notes": [CAP_NOTE.format(share=opts.radix_cap_share)]}
+            "cpus": os.cpu_count(), "engine_builds": builds, "notes": notes}

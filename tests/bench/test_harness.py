@@ -533,3 +533,23 @@ def test_a_row_times_its_reopen_from_the_disk(tmp_path, monkeypatch):
                                   progress=Progress(False))
     assert [e[0] for e in events] == ["open", "drop", "open"] and events[1][1] == events[2][1]
     assert row["recovery_s"] > 0
+
+
+def test_the_run_records_the_wiredtiger_build_and_names_a_diagnostic_one(tmp_path, monkeypatch,
+                                                                          results):
+    """A diagnostic (Debug) WiredTiger runs at -Og with assertions: a run on it says so in a
+    note of report.md, and every run records the build it used."""
+    assert results[1]["meta"]["engine_builds"] == {}  # memory only
+    opts = RunOptions(workloads=[WORKLOAD], designs=["sarp"], backends=["wiredtiger"],
+                      scale=0.05, repeat=1, threads=[], sweep=[], recovery_blocks=[])
+    release = run(opts, tmp_path / "release", Progress(False))["meta"]
+    assert release["engine_builds"]["wiredtiger"].endswith(", release build")
+    assert not any("-Og" in n for n in release["notes"])
+    from storage_backends import wiredtiger_store
+    monkeypatch.setattr(wiredtiger_store, "build", lambda: "WiredTiger 11.3.1, diagnostic build")
+    res = run(opts, tmp_path / "diagnostic", Progress(False))
+    render(res, tmp_path / "diagnostic")
+    note = ("The wiredtiger rows ran on WiredTiger 11.3.1, diagnostic build: compiled -Og with "
+            "assertions")
+    assert any(n.startswith(note) for n in res["meta"]["notes"])
+    assert note in (tmp_path / "diagnostic" / "report.md").read_text()

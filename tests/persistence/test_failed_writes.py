@@ -13,6 +13,8 @@ reopen without an error.
 from __future__ import annotations
 
 import errno
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,15 +24,18 @@ import numpy as np
 import pytest
 
 import sarp
-from sarp import journal
+from sarp import journal, snapshot
 from sarp.errors import RecoveryError, SyncFailedError, WritesStoppedError
 from storage_backends import open_store
 from storage_backends.io import FileIO
 from storage_backends.power_loss import PowerLossIO
 from storage_backends.write_stop import WriteStop
 
+from . import size_limited_writer
 from .power import killed, open_through, snapshot_cut_by_power
 from .workload import CONFIG, assert_holds, check_match, full_blocks, insert, metadata
+
+SIZE_LIMITED = Path(size_limited_writer.__file__)
 
 
 def _value(key: int, version: int) -> bytes:
@@ -222,6 +227,42 @@ def test_a_journal_write_that_fails_at_close_keeps_the_file_and_a_later_close_wr
     writer.close()
     replay = journal.read(io, path, last=True)
     assert [r.record_seq for r in replay.records] == [1, 2] and replay.torn_tail == 0
+
+
+@pytest.mark.parametrize("backend", ["odirect", "flashlog"])
+def test_snapshots_the_kernel_refuses_leave_no_file_and_close_takes_one(
+        backend: str, tmp_path: Path) -> None:
+    """Snapshots that fail on a real write limit (RLIMIT_FSIZE in a writer subprocess: EFBIG,
+    as a full file system fails them) each raise, leave no temporary file to hold the space
+    they took, and leave the routing directory unsnapshotted: once writes go through again,
+    close takes the snapshot, so the next open replays no journal record."""
+    path = tmp_path / "index"
+    child = subprocess.run(
+        [sys.executable, str(SIZE_LIMITED), backend, str(path), "300", "3"],
+        capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.split("\n")[:4] == [f"failed {errno.EFBIG}"] * 3 + ["leftovers"]
+    assert not list(path.glob("*.tmp"))
+    with sarp.open(path) as index:
+        assert index.recovery["snapshot"] is not None
+        assert index.recovery["journal_records"] == 0
+        assert_holds(index, 300)
+
+
+def test_the_next_snapshot_removes_what_a_publish_cut_short_left(tmp_path: Path) -> None:
+    """A crash during a publish leaves ``<name>.tmp``; the next snapshot removes those of
+    snapshots and journals numbered up to its own, and leaves other files alone."""
+    path = tmp_path / "index"
+    with sarp.open(path, backend="odirect", memory_budget=1 << 20, **CONFIG) as index:
+        insert(index, 0)
+    left = [snapshot.FILES.name(1) + ".tmp", journal.FILES.name(1) + ".tmp",
+            journal.FILES.name(2) + ".tmp"]
+    for name in [*left, "notes.tmp"]:
+        (path / name).write_bytes(b"cut short")
+    with sarp.open(path) as index:
+        assert index.snapshot()["seq"] == 2
+        assert sorted(p.name for p in path.glob("*.tmp")) == ["notes.tmp"]
+        assert_holds(index, 1)
 
 
 @pytest.mark.parametrize("fail_at", ["write", "rename", "directory sync",
