@@ -2,8 +2,8 @@
 
     sarp rebuild PATH [--backend KIND] [--salvage]
                                          rebuild the routing directory from a full segment scan
-                                         (--salvage: first repair a damaged wiredtiger
-                                         or rocksdb store)
+                                         (--salvage: first repair a damaged wiredtiger,
+                                         rocksdb or odirect store)
     sarp stats PATH [--backend KIND]     open (recover) the index and print its statistics
 
 Both open the index as ``sarp.open`` does, so recovery runs as at any open: a torn journal

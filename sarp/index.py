@@ -296,7 +296,8 @@ class Index:
     @_call
     def stats(self) -> dict[str, Any]:
         """Aggregated query counters, routing-directory size and the store's statistics;
-        ``writes_stopped``: whether a failed sync of the journal or the store stopped inserts."""
+        ``writes_stopped``: whether a failed sync of the journal or the store stopped inserts
+        (WiredTiger and RocksDB stop their own writes, which their errors report)."""
         with self._counter_lock:
             out: dict[str, Any] = dict(self.counters)
         out.update(self.directory.stats())

@@ -1,8 +1,7 @@
 import numpy as np
 import numpy.typing as npt
-from typing_extensions import Buffer
 
-def namespace_seed(namespace: Buffer) -> int:
+def namespace_seed(namespace: bytes | bytearray | memoryview) -> int:
     """The chain's starting value: XXH64 of the namespace bytes, seed 0."""
 
 def chain_block_ids(

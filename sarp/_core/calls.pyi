@@ -3,7 +3,8 @@ from collections.abc import Callable
 class Calls:
     """``with calls:`` around each call; ``begin_close()``/``end_close()`` around close."""
 
-    closed_error: Callable[[], Exception]
+    @property
+    def closed_error(self) -> Callable[[], Exception]: ...
     def __init__(self, closed_error: Callable[[], Exception]) -> None: ...
     @property
     def open(self) -> bool: ...

@@ -15,8 +15,10 @@ class Points:
     """The routing points of a segment of ``count`` blocks and the placement rules, as
     ``RoutingTable.walk_points`` takes them (ranges checked once, when built)."""
 
-    count: int
-    n: int
+    @property
+    def count(self) -> int: ...
+    @property
+    def n(self) -> int: ...
 
     def __init__(
         self,

@@ -454,7 +454,7 @@ cdef class RoutingTable:
         """If ``seg`` is on ``entry``'s list: give it filter ``filt`` (publishing a re-sorted
         copy only when the filter changed) and return True; else change nothing, return False."""
         self._check_entry(entry)
-        return self._update(entry, seg, filt)
+        return self._update(entry, seg, filt) != 0
 
     cdef inline void _listed(self, uint64_t seg) noexcept:
         if seg > self._top_seg:

@@ -5,7 +5,8 @@
     sarp-bench sweep [--workloads W,..] [--budgets 1,2,3,4,0]
     sarp-bench report DIR
 
-Each command writes results.json, report.md and plots to --out (default results/<timestamp>).
+run, recovery and sweep write results.json, report.md and plots to --out (default
+results/<timestamp>); report renders report.md and the plots again in DIR.
 """
 
 from __future__ import annotations

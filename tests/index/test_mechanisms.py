@@ -366,11 +366,11 @@ def test_member_kernels_match_reference_and_keep_old_lists(seed, segments, new_e
         merged += sum(old_segs.base is None for *_, old_segs, _ in before)
         hit = np.flatnonzero(lists[e][0] == np.uint64(seg))
         if len(hit):
-            assert t.update_member(e, seg, filt)
+            assert t.update_member(e, seg, filt) is True
             if int(lists[e][1][hit[0]]) != filt:
                 ref_publish(lists, e, seg, filt, int(hit[0]))
         else:
-            assert not t.update_member(e, seg, filt)
+            assert t.update_member(e, seg, filt) is False
             if rng.random() < 0.7:
                 t.add_member(e, seg, filt)
                 ref_publish(lists, e, seg, filt, None)
