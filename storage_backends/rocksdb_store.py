@@ -14,11 +14,19 @@ is damage, and the open raises CorruptionError instead of replaying the log up t
 dropping the rest (RocksDB's default, ``point_in_time``). Damage found by the open or a read
 is raised as CorruptionError, any other engine failure (of those, a write, a flush or the
 close) as StoreError, both naming the store.
+
+A store still open when the interpreter exits is closed then (``_close_at_exit``): a daemon
+thread that is inside a RocksDB call when the interpreter finalizes aborts the process, as
+the binding cannot unwind it. The close waits for such calls, and later ones raise
+StoreClosedError.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import struct
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -55,6 +63,19 @@ def memory_sizes(memory_budget: int) -> tuple[int, int]:
     """(block cache, each write buffer) in bytes for ``memory_budget``: half and a quarter of
     it, each at least ``MIN_BUFFER``, so a store keeps more than its budget below 4 x that."""
     return max(MIN_BUFFER, memory_budget // 2), max(MIN_BUFFER, memory_budget // 4)
+
+
+#: the stores open now, which ``_close_at_exit`` closes
+_OPEN: weakref.WeakSet[RocksDBStore] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """Close the stores left open, before the interpreter finalizes (module docstring);
+    an error of such a close has no caller left to take it."""
+    for store in list(_OPEN):
+        with contextlib.suppress(Exception):
+            store.close()
 
 
 class RocksDBStore(RecordStore):
@@ -96,6 +117,7 @@ class RocksDBStore(RecordStore):
             self._db = self._engine(lambda: Rdict(str(home), opts,
                                                   column_families={"default": opts}),
                                     opening=True)
+        _OPEN.add(self)
 
     def _check_current(self) -> None:
         """Without ``db/CURRENT`` RocksDB would create a new database and delete the table
@@ -164,6 +186,7 @@ class RocksDBStore(RecordStore):
             self._count("syncs", 1)
 
     def _close(self) -> None:
+        _OPEN.discard(self)
         self._engine(self._db.close)
 
     def _engine_stats(self) -> dict[str, Any]:

@@ -5,9 +5,10 @@ Durability comes from WiredTiger's write-ahead log: ``sync`` commits every write
 syncs before ``close()``. WiredTiger's checkpoint server checkpoints every ``checkpoint_seconds``
 or ``checkpoint_log_bytes`` of log, so recovery replays a bounded log; ``close()`` checkpoints.
 
-WiredTiger sessions and cursors are single-threaded, so each thread gets its own pair (created
-on first use, reclaimed once the thread has ended, all closed by ``close()``, which waits
-for the calls other threads are making: ``RecordStore.close``).
+WiredTiger sessions and cursors are single-threaded, so each call takes a pair that no other
+call is using, and gives it back when it returns (``_on_handle``): the pairs number the most
+calls made at once, whatever threads make them, and ``close()`` closes them all once the calls
+other threads are making have returned (``RecordStore.close``).
 
 Damage is raised as CorruptionError naming the store: a block that fails its checksum (WiredTiger
 stops the connection: WT_PANIC), a table file the open cannot read (``_open_table``), metadata
@@ -131,11 +132,24 @@ def _engine_checked(method: F) -> F:
     return run  # type: ignore[return-value]
 
 
-class _Handle:
-    """One thread's session and cursor on the records table (``open_table(session)``)."""
+def _on_handle(method: F) -> F:
+    """``method(self, handle, *args)`` of the store, with a handle no other call is using
+    (``_take``), given back when it returns."""
+    @functools.wraps(method)
+    def run(self: WiredTigerStore, *args: Any) -> Any:
+        h = self._take()
+        try:
+            return method(self, h, *args)
+        finally:
+            self._idle.append(h)  # atomic under the GIL, as list.pop in _take
+    return run  # type: ignore[return-value]
 
-    def __init__(self, conn: Any, thread: threading.Thread, open_table: Callable[[Any], Any]):
-        self.thread = thread
+
+class _Handle:
+    """A session and a cursor on the records table (``open_table(session)``), used by one
+    call at a time."""
+
+    def __init__(self, conn: Any, open_table: Callable[[Any], Any]):
         self.session = conn.open_session()
         try:
             self.cursor = open_table(self.session)
@@ -190,8 +204,8 @@ class WiredTigerStore(RecordStore):
                         from e
                 raise StoreError(f"cannot open WiredTiger at {str(home)!r} ({config}): {e}") \
                     from e
-            self._local = threading.local()
-            self._handles: list[_Handle] = []
+            self._handles: list[_Handle] = []  # every handle, closed by close()
+            self._idle: list[_Handle] = []  # the handles no call is using
             self._handles_lock = threading.Lock()
             try:
                 self.leaf_page_kb = self._setup(leaf_page_kb)
@@ -297,25 +311,27 @@ class WiredTigerStore(RecordStore):
             f"stopped ({exc}); its report on stderr names the file and block, and every later "
             f"call on this store fails")
 
-    def _handle(self) -> _Handle:
-        h = getattr(self._local, "handle", None)
-        if h is None:
-            with self._handles_lock:
-                for dead in [d for d in self._handles if not d.thread.is_alive()]:
-                    dead.session.close()
-                    self._handles.remove(dead)
-                h = _Handle(self._conn, threading.current_thread(), self._open_table)
-                self._handles.append(h)
-            self._local.handle = h
+    def _take(self) -> _Handle:
+        """An idle handle, or a new one: WiredTiger allows ``SESSION_MAX`` sessions, so as
+        many calls at once."""
+        try:
+            return self._idle.pop()
+        except IndexError:
+            pass
+        with self._handles_lock:
+            if len(self._handles) >= SESSION_MAX - 1:  # the setup's session is counted too
+                raise StoreError(f"wiredtiger store at {str(self.path)!r}: more than "
+                                 f"{SESSION_MAX - 1} calls at once")
+            h = _Handle(self._conn, self._open_table)
+            self._handles.append(h)
         return h
 
-    def _write(self, ops: list[tuple[int, bytes | None]]) -> None:
+    def _write(self, h: _Handle, ops: list[tuple[int, bytes | None]]) -> None:
         """Apply puts (and removes, value None) in transactions of about ``_txn_bytes``.
 
         A batch larger than that is committed in several transactions, so it is atomic only
         up to that size; under ``sync`` it is still durable as a whole when put_many returns.
         """
-        h = self._handle()
         chunks: list[list[tuple[int, bytes | None]]] = [[]]
         size = 0
         for op in ops:
@@ -367,16 +383,19 @@ class WiredTigerStore(RecordStore):
             return
 
     @_engine_checked
-    def _put_many(self, pairs: list[tuple[int, bytes]]) -> None:
-        self._write(pairs)  # type: ignore[arg-type]
+    @_on_handle
+    def _put_many(self, h: _Handle, pairs: list[tuple[int, bytes]]) -> None:
+        self._write(h, pairs)  # type: ignore[arg-type]
 
     @_engine_checked
-    def _delete(self, key: int) -> None:
-        self._write([(key, None)])
+    @_on_handle
+    def _delete(self, h: _Handle, key: int) -> None:
+        self._write(h, [(key, None)])
 
     @_engine_checked
-    def _get_many(self, keys: list[int]) -> list[bytes | None]:
-        c = self._handle().cursor
+    @_on_handle
+    def _get_many(self, h: _Handle, keys: list[int]) -> list[bytes | None]:
+        c = h.cursor
         out: list[bytes | None] = []
         for key in keys:
             c.set_key(key)
@@ -388,8 +407,9 @@ class WiredTigerStore(RecordStore):
         return self._scan_chunks(self._read_chunk)
 
     @_engine_checked
-    def _read_chunk(self, first: int, limit: int) -> list[tuple[int, bytes]]:
-        c = self._handle().cursor
+    @_on_handle
+    def _read_chunk(self, h: _Handle, first: int, limit: int) -> list[tuple[int, bytes]]:
+        c = h.cursor
         rows: list[tuple[int, bytes]] = []
         c.set_key(first)
         found = c.search_near()
@@ -406,15 +426,16 @@ class WiredTigerStore(RecordStore):
         return rows
 
     @_engine_checked
-    def _flush(self, sync: bool) -> None:
-        self._handle().session.log_flush("sync=on" if sync else "sync=off")  # off: to the OS
+    @_on_handle
+    def _flush(self, h: _Handle, sync: bool) -> None:
+        h.session.log_flush("sync=on" if sync else "sync=off")  # off: to the OS
         if sync:
             self._count("syncs", 1)
 
     @_engine_checked
     def _close(self) -> None:
         with self._handles_lock:
-            handles, self._handles = self._handles, []
+            handles, self._handles, self._idle = self._handles, [], []
         try:
             for h in handles:
                 h.session.close()
@@ -422,8 +443,9 @@ class WiredTigerStore(RecordStore):
             self._conn.close()  # takes a final checkpoint (after a panic: only frees it)
 
     @_engine_checked
-    def _engine_stats(self) -> dict[str, Any]:
-        cursor = self._handle().session.open_cursor("statistics:")
+    @_on_handle
+    def _engine_stats(self, h: _Handle) -> dict[str, Any]:
+        cursor = h.session.open_cursor("statistics:")
         try:
             out: dict[str, Any] = {f"wt_{name}": cursor[getattr(stat.conn, name)][2]
                                    for name in STATS}

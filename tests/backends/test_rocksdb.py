@@ -213,3 +213,42 @@ def test_a_wal_cut_short_by_a_crash_is_a_torn_tail(cut: int, open_kind: Any,
     wal.write_bytes(wal.read_bytes()[:-cut])
     store = open_kind("rocksdb", path, durability="sync")
     assert dict(store.scan()) == _written(range(299))
+
+
+_EXIT_WITHOUT_CLOSE = """
+import os, sys, threading
+from storage_backends import open_store
+store = open_store("rocksdb", sys.argv[1], memory_budget=1 << 20, durability="sync")
+started = threading.Semaphore(0)
+
+def writer(t):
+    for n in range(10**9):
+        key = t << 32 | n
+        store.put(key, key.to_bytes(8, "little") * 50)
+        os.write(1, f"{key}\\n".encode())  # acknowledged
+        store.get(key)
+        if n == 20:
+            started.release()
+
+for t in range(4):
+    threading.Thread(target=writer, args=(t,), daemon=True).start()
+for _ in range(4):
+    started.acquire()
+sys.exit(0)  # without close(), the writers inside RocksDB calls
+"""
+
+
+def test_an_exit_without_close_while_threads_write_ends_the_process_cleanly(
+        tmp_path: Path) -> None:
+    """A daemon thread inside a RocksDB call when the interpreter finalizes aborted the
+    process (the binding cannot unwind it). The store is now closed at exit, after the calls
+    running: the process exits with its own status, and every acknowledged put is there."""
+    path = tmp_path / "s"
+    for _ in range(3):
+        run = subprocess.run([sys.executable, "-c", _EXIT_WITHOUT_CLOSE, str(path)],
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr[-2000:]
+        acked = [int(line) for line in run.stdout.split()]
+        assert len(acked) >= 4 * 21
+        with storage_backends.open_store("rocksdb", path) as store:
+            assert store.get_many(acked) == [k.to_bytes(8, "little") * 50 for k in acked]

@@ -2,12 +2,14 @@
 full cache, and damaged data (CorruptionError, never an aborted process), also damage the open
 finds: a table file it cannot read, damaged metadata, a damaged log file header."""
 
+import _thread
 import json
 import random
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -82,10 +84,17 @@ class _FullCacheCursor:
         return getattr(self._cursor, name)
 
 
+def _the_handle(store: WiredTigerStore) -> Any:
+    """The handle every call of a single thread takes: the store's only idle one."""
+    h = store._take()
+    store._idle.append(h)
+    return h
+
+
 def test_a_batch_the_cache_cannot_hold_is_split_and_stored_whole(tmp_path: Path) -> None:
     values = [(k, bytes([k % 251]) * 100) for k in range(10)]
     with WiredTigerStore(tmp_path / "s", 1 << 20, "sync") as store:
-        h = store._handle()
+        h = _the_handle(store)
         h.cursor = _FullCacheCursor(h.cursor, fits=3)  # a transaction of 4 or more rolls back
         store.put_many(values)
         assert store.get_many([k for k, _ in values]) == [v for _, v in values]
@@ -95,7 +104,7 @@ def test_a_record_that_keeps_rolling_back_is_retried_then_raised(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(wiredtiger_store, "ROLLBACK_PAUSE_MAX", 0.001)
     with WiredTigerStore(tmp_path / "s", 1 << 20, "sync") as store:
-        h = store._handle()
+        h = _the_handle(store)
         cursor = h.cursor
         h.cursor = _FullCacheCursor(cursor, fits=1, fails=3)  # three pauses, then it fits
         store.put(1, b"one")
@@ -106,6 +115,30 @@ def test_a_record_that_keeps_rolling_back_is_retried_then_raised(
         assert store.get(2) is None
         store.put(3, b"three")  # the handle is usable again
         assert store.get_many([1, 3]) == [b"one", b"three"]
+
+
+def test_sessions_number_the_calls_at_once_not_the_threads_that_made_them(
+        tmp_path: Path) -> None:
+    """Threads that ``threading`` did not start (a C extension's, an embedding server's) never
+    show as ended, so sessions kept per thread were never reclaimed, and past WiredTiger's
+    limit of SESSION_MAX every new thread's call failed. Each call now takes an idle session:
+    1,200 such threads, one after another, share one."""
+    def read(store: WiredTigerStore, got: list[object], done: threading.Event) -> None:
+        try:
+            got.append(store.get(1))
+        except Exception as exc:
+            got.append(exc)
+        finally:
+            done.set()
+
+    with WiredTigerStore(tmp_path / "s", 1 << 20, "sync", direct_io=False) as store:
+        store.put(1, b"one")
+        for _ in range(1200):
+            got: list[object] = []
+            done = threading.Event()
+            _thread.start_new_thread(read, (store, got, done))
+            assert done.wait(60) and got == [b"one"], got
+        assert len(store._handles) == 1
 
 
 # Reads keys of a wiredtiger store in a subprocess, so that a WiredTiger abort fails the test
