@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import wiredtiger
 from wiredtiger import stat
@@ -100,6 +100,8 @@ STATS = ("cache_bytes_inuse", "cache_bytes_max", "cache_pages_inuse", "cache_rea
 
 
 F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def cache_size(memory_budget: int) -> int:
@@ -132,17 +134,18 @@ def _engine_checked(method: F) -> F:
     return run  # type: ignore[return-value]
 
 
-def _on_handle(method: F) -> F:
+def _on_handle(method: Callable[Concatenate[WiredTigerStore, _Handle, P], R],
+               ) -> Callable[Concatenate[WiredTigerStore, P], R]:
     """``method(self, handle, *args)`` of the store, with a handle no other call is using
     (``_take``), given back when it returns."""
     @functools.wraps(method)
-    def run(self: WiredTigerStore, *args: Any) -> Any:
+    def run(self: WiredTigerStore, *args: P.args, **kwargs: P.kwargs) -> R:
         h = self._take()
         try:
-            return method(self, h, *args)
+            return method(self, h, *args, **kwargs)
         finally:
             self._idle.append(h)  # atomic under the GIL, as list.pop in _take
-    return run  # type: ignore[return-value]
+    return run
 
 
 class _Handle:
