@@ -34,4 +34,3 @@ class Numbered:
         cut short by a crash left in ``directory``, oldest first."""
         found = ((self.seq(p.with_suffix("")), p) for p in directory.glob("*.tmp"))
         return sorted((s, p) for s, p in found if s is not None)
-
