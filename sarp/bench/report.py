@@ -156,7 +156,8 @@ def _header(meta: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
             f"{', '.join(truncated) or 'none'}",
             f"- backends: {', '.join(o.get('backends', []))}; skipped: "
             + (", ".join(f"{k} ({v})" for k, v in meta.get("skipped_backends", {}).items())
-               or "none"),
+               or "none")
+            + "".join(f"; {k}: {v}" for k, v in meta.get("engine_builds", {}).items()),
             "- method (paper 6.1): sessions round-robin; each request matches its context, then "
             "inserts context + output; block IDs are computed once, untimed; throughput is "
             "requests over the replay's wall time (SARP's background work drained at the end)",

@@ -552,4 +552,7 @@ def test_the_run_records_the_wiredtiger_build_and_names_a_diagnostic_one(tmp_pat
     note = ("The wiredtiger rows ran on WiredTiger 11.3.1, diagnostic build: compiled -Og with "
             "assertions")
     assert any(n.startswith(note) for n in res["meta"]["notes"])
-    assert note in (tmp_path / "diagnostic" / "report.md").read_text()
+    report = (tmp_path / "diagnostic" / "report.md").read_text()
+    assert note in report
+    assert ("- backends: wiredtiger; skipped: none; "
+            "wiredtiger: WiredTiger 11.3.1, diagnostic build\n") in report
