@@ -322,7 +322,7 @@ class WiredTigerStore(RecordStore):
         except IndexError:
             pass
         with self._handles_lock:
-            if len(self._handles) >= SESSION_MAX - 1:  # the setup's session is counted too
+            if len(self._handles) >= SESSION_MAX - 1:  # one short of WiredTiger's limit
                 raise StoreError(f"wiredtiger store at {str(self.path)!r}: more than "
                                  f"{SESSION_MAX - 1} calls at once")
             h = _Handle(self._conn, self._open_table)

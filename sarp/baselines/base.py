@@ -67,9 +67,8 @@ class BaselineIndex(ABC):
         return cls(path, settings, store_args, started)
 
     def __init__(self, path: Path, settings: Settings, store_args: dict[str, Any],
-                 started: float | None = None):
-        """``started``: the ``time.perf_counter()`` at which the open began (default now)."""
-        t0 = time.perf_counter() if started is None else started
+                 started: float):
+        """``started``: the ``time.perf_counter()`` at which ``open`` began."""
         self.path = path
         self.io = FileIO()  # the design's own files (snapshots, markers)
         self.settings = settings
@@ -86,7 +85,7 @@ class BaselineIndex(ABC):
         except BaseException:
             self._close_stores()
             raise
-        self.recovery: dict[str, Any] = {"seconds": time.perf_counter() - t0, **report}
+        self.recovery: dict[str, Any] = {"seconds": time.perf_counter() - started, **report}
 
     # -- the public API -----------------------------------------------------------------------
     def insert(self, block_ids: Any, metadata: np.ndarray) -> dict[str, int]:

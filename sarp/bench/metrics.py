@@ -217,10 +217,12 @@ def median_row(reps: list[dict[str, Any]]) -> dict[str, Any]:
         if name in KEYS or name == "na" or isinstance(value, (str, bool, list)):
             continue
         values = [r[name] for r in reps if isinstance(r.get(name), (int, float))]
-        if len(set(values)) == 1:
+        if not values:
+            out[name] = None
+        elif len(set(values)) == 1:
             out[name] = values[0]  # no mean of two middle values turns an int into a float
         else:
-            out[name] = statistics.median(values) if values else None
+            out[name] = statistics.median(values)
     refused = sorted({kind for r in reps for kind in r.get("direct_io_refused", [])})
     if refused:  # in any repetition: that one read through the page cache
         out["direct_io_refused"] = refused
