@@ -296,8 +296,9 @@ class Index:
     @_call
     def stats(self) -> dict[str, Any]:
         """Aggregated query counters, routing-directory size and the store's statistics;
-        ``writes_stopped``: whether a failed sync of the journal or the store stopped inserts
-        (WiredTiger and RocksDB stop their own writes, which their errors report)."""
+        ``writes_stopped``: whether inserts are refused until the index is reopened: a failed
+        sync of the journal or the store stopped them, or the store's engine stopped its own
+        writes (WiredTiger and RocksDB, after a failed write)."""
         with self._counter_lock:
             out: dict[str, Any] = dict(self.counters)
         out.update(self.directory.stats())

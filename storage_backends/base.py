@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from sarp._core.calls import Calls
 from sarp.checks import check_bool, check_int, check_iterable, check_path
-from sarp.errors import CorruptionError, StoreClosedError, StoreKindError
+from sarp.errors import CorruptionError, StoreClosedError, StoreError, StoreKindError
 from storage_backends.io import LOCK_FILE, File, FileIO
 from storage_backends.write_stop import WriteStop
 
@@ -189,6 +189,9 @@ class RecordStore(ABC):
         self._counters = dict.fromkeys(
             ("logical_reads", "logical_writes", "logical_deletes", "bytes_read", "bytes_written",
              "syncs"), 0)
+        #: why the engine itself refuses writes until the store is reopened (WiredTiger after
+        #: a panic, RocksDB after a failed write), None while it takes them
+        self._engine_stop: str | None = None
 
     # -- the public interface -------------------------------------------------------------
     def put(self, key: int, value: Value) -> None:
@@ -297,16 +300,22 @@ class RecordStore(ABC):
 
     def stats(self) -> dict[str, Any]:
         """Logical counters (exact) plus what the engine can tell about itself;
-        ``writes_stopped``: whether a failed sync stopped writes (``_run_write``)."""
+        ``writes_stopped``: whether writes are refused until the store is reopened: a failed
+        sync stopped them (``_run_write``), or the engine stopped them by its own rule."""
         with self._counter_lock:
             out: dict[str, Any] = dict(self._counters)
         out.update(kind=self.kind, durability=self.durability, direct_io=self.direct_io,
-                   writes_stopped=self._stop.failure is not None)
+                   writes_stopped=(self._stop.failure is not None
+                                   or self._engine_stop is not None))
         try:
             with self._calls:
                 out.update(self._engine_stats())
         except StoreClosedError:
             pass  # a closed store reports its logical counters only
+        except (StoreError, CorruptionError):
+            if self._engine_stop is None:
+                raise
+            # so does a store whose engine stopped and answers no call (WiredTiger's panic)
         return out
 
     @property

@@ -13,7 +13,8 @@ short at the end of a log, as a crash leaves it, is dropped; a record that fails
 is damage, and the open raises CorruptionError instead of replaying the log up to it and
 dropping the rest (RocksDB's default, ``point_in_time``). Damage found by the open or a read
 is raised as CorruptionError, any other engine failure (of those, a write, a flush or the
-close) as StoreError, both naming the store.
+close) as StoreError, both naming the store. After a failed write RocksDB refuses every later
+write until the store is reopened (``stats()["writes_stopped"]``).
 
 A store still open when the interpreter exits is closed then (``_close_at_exit``): a daemon
 thread that is inside a RocksDB call when the interpreter finalizes aborts the process, as
@@ -132,21 +133,31 @@ class RocksDBStore(RecordStore):
         batch = WriteBatch(raw_mode=True)
         for key, value in pairs:
             batch.put(_KEY.pack(key), value)
-        self._engine(lambda: self._db.write(batch, self._write_opts))
+        self._write(lambda: self._db.write(batch, self._write_opts))
         self._count_sync()
 
     def _delete(self, key: int) -> None:
-        self._engine(lambda: self._db.delete(_KEY.pack(key), self._write_opts))
+        self._write(lambda: self._db.delete(_KEY.pack(key), self._write_opts))
         self._count_sync()
 
     def _engine(self, call: Callable[[], T], opening: bool = False) -> T:
         """``call()`` of the engine, its failure raised as the package's (``_damage``; the
-        open's with ``opening``). After a failed write RocksDB refuses later writes until
-        reopened."""
+        open's with ``opening``)."""
         try:
             return call()
         except Exception as exc:  # the binding raises plain Exception with RocksDB's status
             raise self._damage(exc, opening) from exc
+
+    def _write(self, call: Callable[[], None]) -> None:
+        """The engine's write (a batch, a delete, a WAL flush). After a failed one RocksDB
+        refuses every later write until the store is reopened, which ``stats()`` reports as
+        ``writes_stopped``; a write that succeeds shows it took writes again."""
+        try:
+            self._engine(call)
+        except StoreError as exc:
+            self._engine_stop = str(exc)
+            raise
+        self._engine_stop = None
 
     def _count_sync(self) -> None:
         if self.durability == "sync":
@@ -181,7 +192,7 @@ class RocksDBStore(RecordStore):
         return rows
 
     def _flush(self, sync: bool) -> None:
-        self._engine(lambda: self._db.flush_wal(sync))
+        self._write(lambda: self._db.flush_wal(sync))
         if sync:
             self._count("syncs", 1)
 
@@ -190,8 +201,9 @@ class RocksDBStore(RecordStore):
         self._engine(self._db.close)
 
     def _engine_stats(self) -> dict[str, Any]:
-        return {"rocksdb_" + p.replace("-", "_"): self._db.property_int_value("rocksdb." + p)
-                for p in PROPERTIES}
+        return self._engine(lambda: {
+            "rocksdb_" + p.replace("-", "_"): self._db.property_int_value("rocksdb." + p)
+            for p in PROPERTIES})
 
 
 def salvage(path: str | Path) -> None:

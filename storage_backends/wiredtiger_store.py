@@ -182,6 +182,7 @@ class WiredTigerStore(RecordStore):
                              f"got {leaf_page_kb}")
         super().__init__(path, memory_budget, durability, direct_io)
         self._os_failure: str | None = None  # the last OS error a call raised
+        self._panic: StoreError | CorruptionError | None = None  # the first panic's error
         with self._claim():
             home = self._engine_home("wt")
             self._cache_size = cache_size(self.memory_budget)
@@ -288,10 +289,19 @@ class WiredTigerStore(RecordStore):
             session.close()
 
     def _stopped(self, exc: Exception) -> StoreError | CorruptionError:
-        """WiredTiger's panic, after which every call on this store fails. After an OS error
-        of this store, on a file system all but full or under a file size limit, it stopped
-        on a failed write: StoreError, and reopening recovers the store as after a crash.
-        Otherwise it found damaged data: CorruptionError. Its report went to stderr."""
+        """WiredTiger's panic, after which every call on this store fails and the store takes
+        no more writes (``stats()["writes_stopped"]``). The first panic's cause (``_panic``)
+        is given for every later call too: the file system's state may have changed since."""
+        if self._panic is None:
+            self._panic = self._panic_cause(exc)
+            self._engine_stop = str(self._panic)
+        return type(self._panic)(str(self._panic))
+
+    def _panic_cause(self, exc: Exception) -> StoreError | CorruptionError:
+        """After an OS error of this store, on a file system all but full or under a file
+        size limit, WiredTiger stopped on a failed write: StoreError, and reopening recovers
+        the store as after a crash. Otherwise it found damaged data: CorruptionError. Its
+        report went to stderr."""
         cause = self._os_failure
         if cause is None:
             limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]

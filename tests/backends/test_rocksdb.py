@@ -154,9 +154,34 @@ def test_an_engine_failure_of_a_write_is_a_store_error(open_kind: Any, tmp_path:
         with pytest.raises(StoreError) as info:
             write()
         assert str(path) in str(info.value) and not isinstance(info.value, CorruptionError)
+        assert store.stats()["writes_stopped"]
     with pytest.raises(StoreError):
         store.close()  # closed all the same, its lock released
     assert open_kind("rocksdb", path, durability="sync").get(1) == b"kept"
+
+
+def test_writes_stopped_reports_whether_the_latest_write_failed(open_kind: Any,
+                                                                tmp_path: Path) -> None:
+    """RocksDB refuses writes after a failed one until reopened (test_engine_stops.py); a
+    write it takes again shows it no longer refuses them (here one write fails by itself)."""
+    store = open_kind("rocksdb", tmp_path / "s", durability="sync")
+    db = store._db
+
+    class FailsOnce:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(db, name)
+
+        def write(self, *args: Any) -> None:
+            store._db = db
+            raise Exception("IO error: injected")
+
+    store._db = FailsOnce()
+    with pytest.raises(StoreError, match="IO error: injected"):
+        store.put(1, b"x")
+    assert store.stats()["writes_stopped"]
+    store.put(1, b"y")
+    assert not store.stats()["writes_stopped"] and store.get(1) == b"y"
+    store.close()
 
 
 # Puts 300 records under ``sync`` (each one's WAL record synced before put returns), then dies:

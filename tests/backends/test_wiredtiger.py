@@ -194,49 +194,6 @@ def test_a_damaged_block_is_corruption_and_stops_the_store(tmp_path: Path) -> No
 ROOT = Path(__file__).resolve().parents[2]
 
 
-_LIMITED_WRITER = """
-import json, resource, signal, sys
-from sarp.errors import StoreError
-from storage_backends.wiredtiger_store import WiredTigerStore
-store = WiredTigerStore(sys.argv[1], 1 << 20, "sync", direct_io=False)
-signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails: EFBIG
-resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, resource.RLIM_INFINITY))
-acked, errors = [], []
-for key in range(5000):
-    try:
-        store.put(key, bytes([key % 251]) * 2000)
-        acked.append(key)
-    except (OSError, StoreError) as e:
-        errors.append([type(e).__name__, str(e)])
-        if len(errors) == 3:
-            break
-try:
-    store.close()
-except StoreError as e:
-    errors.append([type(e).__name__, str(e)])
-print(json.dumps({"acked": acked, "errors": errors}))
-"""
-
-
-def test_a_failed_write_stops_the_store_without_aborting_and_loses_no_acknowledged_put(
-        tmp_path: Path) -> None:
-    """Writes that the kernel refuses (RLIMIT_FSIZE in a subprocess: EFBIG, as a full disk
-    refuses them) make WiredTiger stop the connection. The process goes on (a diagnostic
-    build would abort it), every later call raises StoreError naming the failed write, not
-    CorruptionError, and after a reopen every acknowledged put reads back."""
-    path = tmp_path / "s"
-    run = subprocess.run([sys.executable, "-c", _LIMITED_WRITER, str(path)], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    out = json.loads(run.stdout)
-    assert len(out["errors"]) == 4 and out["acked"], out
-    assert {kind for kind, _ in out["errors"]} <= {"OSError", "StoreError"}
-    kind, message = out["errors"][-1]
-    assert kind == "StoreError" and "stopped after a write failed" in message
-    with WiredTigerStore(path, 1 << 20, "sync", direct_io=False) as store:
-        assert all(store.get(k) == bytes([k % 251]) * 2000 for k in out["acked"])
-
-
 def test_the_wiredtiger_installed_is_a_release_build() -> None:
     """install.sh builds WiredTiger as Release: a diagnostic build runs at -Og with
     assertions (so the benchmark would not measure a released engine) and aborts the process
