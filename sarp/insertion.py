@@ -12,7 +12,8 @@ writer wins there. Past it, the insert writes the caller's records; so where Max
 left a longer stored match unread, a block can hold two records, the first writer's and this
 caller's, and a match returns the record of the copy it reaches. Both name blocks their
 writers stored. The same holds where a bounded re-match (``_from_tail``) leaves unread a
-segment that shares more but could not hold the window whole. With max_retrieval=0 every
+segment that shares more but diverges inside the window (one that may end where it stops
+matching is read, and extended). With max_retrieval=0 every
 insert finds the longest stored match.
 """
 
@@ -162,8 +163,9 @@ def _from_tail(tail: Tail, q: np.ndarray, we: int) -> tuple[tuple[int, Segment],
     can: to the window's end or its own. Otherwise a tied segment might share more of ``q``,
     so the window is matched again with this as the match to beat: only candidates that could
     share more are read. Under a MaxRetrieval bound, only those that could hold ``q`` to the
-    window's end: the others would leave the window to be written as a copy all the same,
-    changing only whose records its shared blocks carry, for a read.
+    window's end or end where they stop matching it (which the insert extends): the others
+    would leave the window to be written as a copy all the same, changing only whose records
+    its shared blocks carry, for a read.
     """
     seg = tail.result
     stop = min(we, tail.window + seg.block_count)

@@ -44,6 +44,7 @@ class WindowMatcher:
     ) -> tuple[int, Any]:
         """(end, segment): the longest verified match in the window starting at ``ws``;
         ``known``, a verified (end, segment) of this window, is the match to beat; ``whole``
-        reads only candidates that may hold the query to the window's end."""
+        reads only candidates that may hold the query to the window's end, then those that
+        may end where they stop matching it."""
     def stats(self) -> dict[str, int]:
         """The counters by name."""

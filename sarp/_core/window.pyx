@@ -37,7 +37,14 @@ import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int64_t, uint64_t
 
-from sarp._core.filters cimport Selection, check_layout, pack, selection_init, selection_next
+from sarp._core.filters cimport (
+    Selection,
+    check_layout,
+    leading_fields,
+    pack,
+    selection_init,
+    selection_next,
+)
 from sarp._core.u64_array cimport u64_array
 
 cnp.import_array()
@@ -74,6 +81,15 @@ cdef struct Window:
     Py_ssize_t best_end  # exclusive end of the longest verified match so far
     Py_ssize_t retrieved, total  # segments read; the most that may be read
     Py_ssize_t reach  # candidates whose potential end falls short of it are not read
+
+
+cdef inline bint ends_within(uint64_t f, int k, int n_fields, int bits) noexcept nogil:
+    """Whether filter ``f``, whose field k+1 is the first to differ from the query's, has
+    no block in the fields after it (each 0): its segment may end in field k+1, sharing
+    every block it holds. (A field whose blocks hash to 0 looks empty too: one read more.)"""
+    if k >= n_fields - 1:
+        return True
+    return f & ((<uint64_t>1 << ((n_fields - 1 - k) * bits)) - 1) == 0
 
 
 cdef bint _within(cnp.ndarray offsets, Py_ssize_t limit):
@@ -192,8 +208,9 @@ cdef class WindowMatcher:
         only candidates whose potential exceeds its end are read.
 
         ``whole``: read only candidates that may hold the query to the window's end (whose
-        potential end reaches it): an insert that writes the window unless it is stored whole
-        needs no other (``sarp.insertion``)."""
+        potential end reaches it), then those that may end where they stop matching it
+        (``ends_within``): an insert extends such a segment, and writes a copy of any other
+        that does not hold the window whole (``sarp.insertion``)."""
         return self._match(ws, known, whole)
 
     cdef tuple _match(self, Py_ssize_t ws, object known, bint whole):
@@ -238,9 +255,8 @@ cdef class WindowMatcher:
             w.total = every
         cdef Selection sel
         cdef uint64_t fq = 0
-        cdef Py_ssize_t top, i, length, limit
+        cdef Py_ssize_t top, i
         cdef uint64_t seg_id
-        cdef const uint64_t* ids
         if self.filtering:
             fq = pack(self.q, w.p, w.we, self.n_fields, self.bits, self.stride)
         top = selection_init(&sel, fl, sid, m1, fl2, sid2, m2, fq, self.n_fields,
@@ -249,24 +265,66 @@ cdef class WindowMatcher:
         self.candidates_after += min(top, w.total)
         while i >= 0:
             seg_id = sid[i] if i < m1 else sid2[i - m1]
-            if has_known and seg_id == known_id:
-                i = self.next_candidate(&sel, &w)
-                continue
-            seg = self._read(seg_id)
-            w.retrieved += 1
-            self.segments_retrieved += 1
-            if seg is None:  # named by the routing directory, absent from the store: damage
-                self.segments_missing += 1
-            elif seg.start == ws:
-                block_ids = u64_array(seg.block_ids, "a segment's block_ids")
-                ids = u64_data(block_ids)
-                limit = min(cnp.PyArray_DIM(block_ids, 0), w.we - ws)
-                length = 0
-                while length < limit and ids[length] == self.q[ws + length]:
-                    length += 1
-                self.blocks_verified += length
-                if ws + length > w.best_end:
-                    w.best_end = ws + length
-                    best = seg
+            if not (has_known and seg_id == known_id):
+                best = self._verify(&w, seg_id, best)
             i = self.next_candidate(&sel, &w)
+        if w.reach > ws and self.filtering:
+            best = self._ending(&w, fq, sid, fl, m1, sid2, fl2, m2, known_id, has_known, best)
         return w.best_end, best
+
+    cdef object _verify(self, Window* w, uint64_t seg_id, object best):
+        """Read segment ``seg_id`` and verify it against the query from w.ws: the segment
+        that now holds the longest verified match (``best`` or this one)."""
+        seg = self._read(seg_id)
+        w.retrieved += 1
+        self.segments_retrieved += 1
+        if seg is None:  # named by the routing directory, absent from the store: damage
+            self.segments_missing += 1
+            return best
+        if seg.start != w.ws:
+            return best
+        cdef cnp.ndarray block_ids = u64_array(seg.block_ids, "a segment's block_ids")
+        cdef const uint64_t* ids = u64_data(block_ids)
+        cdef Py_ssize_t limit = min(cnp.PyArray_DIM(block_ids, 0), w.we - w.ws)
+        cdef Py_ssize_t length = 0
+        while length < limit and ids[length] == self.q[w.ws + length]:
+            length += 1
+        self.blocks_verified += length
+        if w.ws + length > w.best_end:
+            w.best_end = w.ws + length
+            return seg
+        return best
+
+    cdef object _ending(self, Window* w, uint64_t fq, const uint64_t* sid, const uint64_t* fl,
+                        Py_ssize_t m1, const uint64_t* sid2, const uint64_t* fl2,
+                        Py_ssize_t m2, uint64_t known_id, bint has_known, object best):
+        """``whole``'s second pass: the candidates whose potential end falls short of
+        w.reach but beats the verified match, and that may end there (``ends_within``), by
+        potential end, newest first within one, while MaxRetrieval allows. One scan of the
+        list per read."""
+        cdef Py_ssize_t i, pot, pick_pot, last_pot = w.we
+        cdef uint64_t f, seg_id, pick_id, last_id = 0
+        cdef int k
+        cdef bint first = True
+        while w.retrieved < w.total and w.best_end < w.we:
+            pick_pot, pick_id = -1, 0
+            for i in range(m1 + m2):
+                if i < m1:
+                    f, seg_id = fl[i], sid[i]
+                else:
+                    f, seg_id = fl2[i - m1], sid2[i - m1]
+                k = leading_fields(f, fq, self.n_fields, self.bits)
+                pot = self.potential_end(w, k)
+                if (pot >= w.reach or pot <= w.best_end or (has_known and seg_id == known_id)
+                        or not ends_within(f, k, self.n_fields, self.bits)):
+                    continue
+                # descending (potential, segment id), each after the last one read
+                if not first and (pot > last_pot or pot == last_pot and seg_id >= last_id):
+                    continue
+                if pot > pick_pot or pot == pick_pot and seg_id > pick_id:
+                    pick_pot, pick_id = pot, seg_id
+            if pick_pot < 0:
+                break
+            best = self._verify(w, pick_id, best)
+            first, last_pot, last_id = False, pick_pot, pick_id
+        return best

@@ -168,6 +168,34 @@ def test_a_bounded_re_match_reads_only_segments_that_could_spare_the_write(
         assert index.match(block_ids=first).num_blocks == 200
 
 
+@pytest.mark.parametrize("max_retrieval", [3, 0])
+def test_a_bounded_re_match_reads_a_segment_that_ends_where_it_stops_matching(
+        tmp_path: Path, max_retrieval: int):
+    """Window 128 holds C (the first insert, to 149) and K (a copy forking at 140, newer). A
+    match of blocks 0-134 ties them and stops on K; the next insert goes on with C's blocks
+    to C's end, then past it. C cannot hold the window whole, but it shares every block it
+    holds: the insert extends C, as an insert without the match does, and writes no copy."""
+    with sarp.open(tmp_path / "i", backend="memory", background=False, pruning=False,
+                   max_retrieval=max_retrieval) as index:
+        first = _ids(150)
+        index.insert(block_ids=first, metadata=metadata_for(first, 1))
+        second = np.concatenate((first[:140], _ids(20, start=30_000)))
+        index.insert(block_ids=second, metadata=metadata_for(second, 2))
+        assert index.match(block_ids=first[:135]).num_blocks == 135
+        third = np.concatenate((first, _ids(10, start=40_000)))
+        segments = index.stats()["segments"]
+        before = _store_reads(index)
+        st = index.insert(block_ids=third, metadata=metadata_for(third, 3))
+        assert st["segments_extended"] == 1 and st["segments_written"] == 0
+        assert st["blocks_written"] == 10 and st["segments_retrieved"] == 1
+        assert _store_reads(index) - before == 1
+        assert index.stats()["segments"] == segments  # no copy
+        m = index.match(block_ids=third)
+        assert m.num_blocks == 160
+        assert m.metadata["node"].tolist() == [1] * 150 + [3] * 10
+        assert index.match(block_ids=second).num_blocks == 160
+
+
 @pytest.mark.parametrize("call_bound", [1, 2])
 def test_a_match_under_a_tighter_bound_leaves_the_insert_its_own_search(
         tmp_path: Path, call_bound: int):

@@ -143,7 +143,9 @@ def match_window(probe, refs, read, q: list[int], ws: int, window_blocks: int,
     candidate's potential or the window end, at most max_retrieval reads (0: all).
     ``known`` (end, segment), verified already, starts as the best match and takes one of the
     max_retrieval retrievals; its segment is never read. ``whole``: the candidates whose
-    potential falls short of the window's end are not read."""
+    potential falls short of the window's end are read only if their filter is empty past
+    the first field that differs from the query's (the segment may end there: an insert
+    would extend it), in the same order."""
     st = dict.fromkeys(WINDOW_COUNTERS, 0)
     st["windows"] = 1
     we = min(ws + window_blocks, len(q))
@@ -175,11 +177,15 @@ def match_window(probe, refs, read, q: list[int], ws: int, window_blocks: int,
     if known is not None:
         reads -= 1
         ranked = [i for i in ranked if segs[i] != known[1].segment_id]
-    for i in ranked[:reads]:
+    for i in ranked:
         k = fields[i]
         potential = we if k >= n_fields else min(we, p + (k + 1) * stride - 1)
-        if best_end >= potential or (whole and potential < we):
+        if reads == 0 or best_end >= we or best_end >= potential:
             break
+        empty_after = k >= n_fields - 1 or filters[i] & ((1 << (n_fields - 1 - k) * bits) - 1) == 0
+        if whole and potential < we and not empty_after:
+            continue
+        reads -= 1
         seg = read(segs[i])
         st["segments_retrieved"] += 1
         st["segments_missing"] += seg is None
@@ -189,8 +195,6 @@ def match_window(probe, refs, read, q: list[int], ws: int, window_blocks: int,
         st["blocks_verified"] += length
         if ws + length > best_end:
             best_end, best = ws + length, seg
-        if best_end >= we:
-            break
     return best_end, best, st
 
 

@@ -194,27 +194,35 @@ def test_a_known_match_spares_the_candidates_that_cannot_beat_it():
     assert m.match(0) == (3, segments[8]) and reads == [8]
 
 
-def test_whole_reads_only_candidates_that_may_hold_the_window():
-    """Given 3's verified match of q's first 3 blocks: segment 8 shares 6 blocks and then
-    diverges, 5 holds all 8. Only 5 may hold the window whole: ``whole`` reads just 5, and
-    without 5 reads nothing; without ``whole``, 8 is read as well when 5 is absent."""
+def test_whole_reads_only_candidates_that_may_hold_the_window_or_end_where_they_stop():
+    """Given 3's verified match of q's first 3 blocks: segment 8 shares 4 blocks and then
+    diverges, 7 holds q's first 5 blocks and ends, 5 holds all 8. ``whole`` reads 5, which
+    may hold the window whole; then 7, whose filter is empty past the field where it stops
+    matching (an insert would extend it); never 8, whose filter shows blocks past it.
+    Without ``whole``, 8 is read as well."""
     q = list(range(10, 18))
     segments = {3: Seg(3, 0, np.array(q[:3] + [99] * 5, np.uint64)),
-                8: Seg(8, 0, np.array(q[:6] + [99] * 2, np.uint64)),
+                8: Seg(8, 0, np.array(q[:4] + [99] * 4, np.uint64)),
+                7: Seg(7, 0, np.array(q[:5], np.uint64)),
                 5: Seg(5, 0, np.array(q, np.uint64))}
 
     def matcher(sids, reads):
-        lists = {10: [(sid, ref.region_filter(segments[sid].block_ids.tolist(), 0, 8, 4, 16, 2))
+        lists = {10: [(sid, ref.region_filter(segments[sid].block_ids.tolist(), 0,
+                                              len(segments[sid].block_ids), 4, 16, 2))
                       for sid in sids]}  # 4 fields of 2 blocks: the filter sees the window
         return WindowMatcher(Table(lists), lambda sid: reads.append(sid) or segments[sid],
-                             np.array(q, np.uint64), 8, [0], n_fields=4, bits=16, stride=2)
+                             np.array(q, np.uint64), 8, [0], n_fields=4, bits=16, stride=2,
+                             max_retrieval=0)
     known = (3, segments[3])
     reads: list[int] = []
-    assert matcher([3, 8, 5], reads).match(0, known, whole=True) == (8, segments[5])
+    assert matcher([3, 8, 7, 5], reads).match(0, known, whole=True) == (8, segments[5])
     assert reads == [5]
     reads.clear()
+    assert matcher([3, 8, 7], reads).match(0, known, whole=True) == (5, segments[7])
+    assert reads == [7]
+    reads.clear()
     assert matcher([3, 8], reads).match(0, known, whole=True) == known and reads == []
-    assert matcher([3, 8], reads).match(0, known) == (6, segments[8]) and reads == [8]
+    assert matcher([3, 8], reads).match(0, known) == (4, segments[8]) and reads == [8]
 
 
 def test_missing_and_misplaced_segments_count_as_retrieved_and_missing_ones_as_missing():
