@@ -14,7 +14,6 @@ how many pieces follow.
 
 from __future__ import annotations
 
-import sys
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -43,13 +42,12 @@ class Node:
     children: dict[int, int]  # first block ID of the child's edge -> child node id
 
 
-#: Estimated CPython footprint of a node without its edge IDs and children: the object, its
-#: int fields, the edge array header, the children dict and the node table's entries for it.
-NODE_BYTES = (sys.getsizeof(Node(ROOT, 0, np.empty(0, np.uint64), 0, 0, {}))
-              + 4 * sys.getsizeof(2**63) + sys.getsizeof(np.empty(0, np.uint64)[:0])
-              + sys.getsizeof({}) + 2 * 104)
-#: Estimated footprint of one child entry: two 64-bit int objects and a dict slot.
-CHILD_BYTES = 2 * sys.getsizeof(2**63) + 40
+#: DRAM a resident node is charged for, per node and per child: its columnar encoding's
+#: (``encode_nodes``; 8 bytes per edge block besides), the size of a compact node as a compiled
+#: implementation holds it. SARP's routing bytes are its packed arrays, so the cap compares
+#: like with like (this tree's Python objects take about 2.6 times as much).
+NODE_BYTES = COLUMNS * 8
+CHILD_BYTES = 16  # the child's first block ID and its node id
 
 
 def node_bytes(node: Node) -> int:

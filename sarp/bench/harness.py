@@ -36,8 +36,9 @@ from sarp.bench.sweep import DEFAULT_BUDGETS, sweep
 DIAGNOSTIC_NOTE = ("The {kind} rows ran on {build}: compiled -Og with assertions, not the "
                    "engine as released; install.sh builds it as Release.")
 CAP_NOTE = ("Segment-Radix (capped) caps its in-DRAM tree at {share:g}x SARP's routing bytes on "
-            "the same workload and backend (--radix-cap-share); the paper picks the cap so that "
-            "its recovery time is comparable to SARP's (0.96-1.96x).")
+            "the same workload and backend (--radix-cap-share), each resident node charged its "
+            "compact encoding as SARP's directory is its packed arrays; the paper picks the cap "
+            "so that its recovery time is comparable to SARP's (0.96-1.96x).")
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,7 @@ from sarp.bench.designs import BREAKDOWN, DESIGNS
 from sarp.bench.metrics import RECOVERY_FIELDS
 from sarp.bench.plots import write_plots
 from sarp.bench.replay import ENTRY_BYTES
+from sarp.bench.targets import paired_ratios, verdicts
 from storage_backends import flashlog, rocksdb_store, wiredtiger_store
 from storage_backends.io import MIN_BLOCK
 
@@ -63,21 +65,11 @@ def _ratio(a: Any, b: Any) -> float | None:
     return a / b if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else None
 
 
-def paired_range(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, float] | None:
-    """The lowest and highest throughput ratio of one repetition of row ``a`` over the same
-    repetition of row ``b`` (repetitions of one backend run interleaved, so these pairs ran
-    side by side), over the repetitions both have; None without two such pairs."""
-    pairs = zip(a.get("throughput_rps_reps") or [], b.get("throughput_rps_reps") or [],
-                strict=False)  # a failed design has no repetitions
-    rs = [x for x in (_ratio(p, q) for p, q in pairs) if x is not None]
-    return (min(rs), max(rs)) if len(rs) > 1 else None
-
-
 def ratios(rows: list[dict[str, Any]], field: str, invert: bool) -> str:
     """SARP against each baseline on the same workload and backend, from this run's rows:
     SARP's ``field`` over the baseline's, or the baseline's over SARP's (``invert``). For
-    throughput, each ratio is followed by the range of the per-repetition ratios
-    (``paired_range``)."""
+    throughput, the median of the per-repetition ratios, then their range
+    (``targets.paired_ratios``)."""
     index = {(r["workload"], r["design"], r["backend"]): r for r in rows}
     out = []
     for r in rows:
@@ -86,11 +78,13 @@ def ratios(rows: list[dict[str, Any]], field: str, invert: bool) -> str:
         cells: list[Any] = [r["workload"], r["backend"]]
         for base in RATIO_BASELINES:
             br = index.get((r["workload"], base, r["backend"]), {})
+            if field == "throughput_rps":
+                rs = paired_ratios(r, br)
+                cells.append(f"{fmt(statistics.median(rs))} ({fmt(min(rs))}-{fmt(max(rs))})"
+                             if rs else None)
+                continue
             b = br.get(field)
-            ratio = _ratio(b, r[field]) if invert else _ratio(r[field], b)
-            spread = paired_range(r, br) if field == "throughput_rps" else None
-            cells.append(ratio if spread is None or ratio is None
-                         else f"{fmt(ratio)} ({fmt(spread[0])}-{fmt(spread[1])})")
+            cells.append(_ratio(b, r[field]) if invert else _ratio(r[field], b))
         out.append([*cells, r["hit_loss_vs_exact"]])
     return table(["workload", "backend", *(f"vs {_label(b)}" for b in RATIO_BASELINES),
                   "SARP hit loss vs exact"], out)
@@ -211,13 +205,14 @@ def render(results: dict[str, Any], out: Path) -> Path:
     rows = results.get("rows", [])
     written, skipped = write_plots(results, out)
     parts = _header(results.get("meta", {}), rows)
+    parts += ["", "## Targets", "", *verdicts(results)]
     if rows:
         parts += ["", "## SARP over the baselines (same run, same workload and backend)", "",
-                  "Request throughput, SARP over the baseline (x): the ratio of the medians, "
-                  "then, in parentheses, the lowest and highest ratio of one repetition of SARP "
-                  "over the same repetition of the baseline, which ran side by side. The "
-                  "range covers the repetitions both rows have; where one row got more to "
-                  "reach --min-time, the ratio of the medians can fall outside it:", "",
+                  "Request throughput, SARP over the baseline (x): the median of the ratios of "
+                  "one repetition of SARP over the same repetition of the baseline, which ran "
+                  "side by side, then, in parentheses, the lowest and highest of them (over the "
+                  "repetitions both rows have: one that got more to reach --min-time adds "
+                  "none):", "",
                   ratios(rows, "throughput_rps", False), "",
                   "Mean match latency, the baseline's over SARP's (x):", "",
                   ratios(rows, "match_mean_us", True), "",

@@ -12,7 +12,7 @@ import pytest
 from sarp.baselines import DESIGNS, BaselineIndex
 
 S = 8  # small segments: many windows and partial segments
-CAP = 6000  # bytes: a few radix nodes, so the capped tree spills constantly
+CAP = 1500  # bytes: a few radix nodes, so the capped tree spills constantly
 
 HAVE_WT = importlib.util.find_spec("wiredtiger") is not None
 BACKENDS = ["memory", pytest.param("wiredtiger", marks=pytest.mark.skipif(

@@ -28,8 +28,9 @@ from sarp.bench.replay import (
     replay,
     store_budget,
 )
-from sarp.bench.report import _budget_share, paired_range, ratios, render
+from sarp.bench.report import _budget_share, ratios, render
 from sarp.bench.results import load_results, write_results
+from sarp.bench.targets import paired_ratio, paired_ratios, verdicts
 
 WORKLOAD = "synthetic/ultrachat"
 
@@ -65,24 +66,51 @@ def test_rows_keep_each_repetitions_throughput(results):
         assert row["throughput_rps_reps"] == [row["throughput_rps"]], row["design"]
 
 
-def test_throughput_ratios_show_the_range_of_paired_repetitions():
-    def row(design, rps, reps):
-        return {"workload": "w", "design": design, "backend": "b", "throughput_rps": rps,
-                "throughput_rps_reps": reps, "match_mean_us": 10.0, "hit_loss_vs_exact": 0.0}
+def _row(design, rps, reps, workload="w", loss=0.0):
+    return {"workload": workload, "design": design, "backend": "b", "throughput_rps": rps,
+            "throughput_rps_reps": reps, "match_mean_us": 10.0, "hit_loss_vs_exact": loss}
 
-    sarp = row("sarp", 300.0, [200.0, 300.0, 400.0])
-    radix = row("segment-radix-capped", 150.0, [100.0, 200.0, 100.0])  # pairs: 2, 1.5, 4
-    old = row("segment-hash", 100.0, None)  # a results file written before the field
-    assert paired_range(sarp, radix) == (1.5, 4.0)
-    assert paired_range(sarp, old) is None
-    assert paired_range(sarp, row("ssd-blockhash", 100.0, [100.0])) is None  # one pair
-    # a row repeated more to reach min_time: only the repetitions both rows have pair up
-    longer = row("sarp", 300.0, [200.0, 300.0, 400.0, 900.0, 50.0])
-    assert paired_range(longer, radix) == (1.5, 4.0)
-    assert paired_range(radix, longer) == (0.25, pytest.approx(1 / 1.5))
-    text = ratios([sarp, radix, old], "throughput_rps", False)
-    assert "| w | b | n/a | 2 (1.5-4) | 3 | 0 |" in text
+
+def test_throughput_ratios_are_the_median_of_paired_repetitions():
+    sarp = _row("sarp", 300.0, [200.0, 300.0, 400.0])
+    radix = _row("segment-radix-capped", 150.0, [100.0, 200.0, 100.0])  # pairs: 2, 1.5, 4
+    old = _row("segment-hash", 100.0, None)  # a results file written before the field
+    assert paired_ratios(sarp, radix) == [2.0, 1.5, 4.0] and paired_ratio(sarp, radix) == 2.0
+    assert paired_ratio(sarp, old) == 3.0  # without repetitions: the rows' ratio
+    assert paired_ratio(sarp, {**old, "throughput_rps": None}) is None  # a failed row
+    # a row repeated more to reach min_time: only the repetitions both rows have pair up,
+    # where the ratio of the medians (300 / 150 = 2 here, 400 / 150 with two more) would not
+    longer = _row("sarp", 400.0, [200.0, 300.0, 400.0, 900.0, 950.0])
+    assert paired_ratio(longer, radix) == 2.0
+    assert paired_ratio(radix, longer) == 0.5
+    text = ratios([longer, radix, old], "throughput_rps", False)
+    assert "| w | b | n/a | 2 (1.5-4) | 4 (4-4) | 0 |" in text  # old: 400 / 100
     assert "(" not in ratios([sarp, radix], "match_mean_us", True).split("\n")[2]
+
+
+def test_verdicts_judge_each_target_on_paired_repetitions():
+    rows = [_row("sarp", 0.0, [400.0, 400.0], "a"), _row("ssd-blockhash", 0.0, [100.0, 100.0], "a"),
+            _row("segment-radix-capped", 0.0, [150.0, 250.0], "a"),  # 2.67, 1.6: median 2.13
+            _row("sarp", 0.0, [300.0], "c", loss=0.0004),
+            _row("segment-radix-capped", 0.0, [200.0], "c"),  # 1.5: a miss
+            _row("sarp", 0.0, [300.0], "d", loss=None),
+            {**_row("segment-hash", 0.0, None, "a"), "error": "failed"}]
+    rec = {"rows": [{"blocks": 10**6, "design": "sarp", "recovery_s": 0.01},
+                    {"blocks": 10**6, "design": "dram-blockhash", "recovery_s": 0.5},
+                    {"blocks": 10**6, "design": "redis", "recovery_s": 0.4}]}
+    lines = verdicts({"rows": rows, "recovery": rec})
+    assert lines[0] == "- SARP over ssd-blockhash, at least 3.7x: met on 1 of 1 rows"
+    assert lines[1] == ("- SARP over segment-radix-capped, at least 2x: met on 1 of 2 rows; "
+                        "misses: c on b (1.50)")
+    assert "largest 0.0400% (c on b); over it: c on b; not measured on 1 rows" in lines[2]
+    assert "SARP over dram-blockhash, at least 30x: 50.0x" in lines[3]
+    assert "not judged: the target is stated at 10,000,000 blocks" in lines[3]
+    assert len(lines) == 5  # segment-hash failed: nothing to judge
+    rec["rows"] = [{**r, "blocks": 10**7} for r in rec["rows"]]
+    lines = verdicts({"recovery": rec})
+    assert lines[0].endswith("50.0x (0.01 s against 0.5 s), met")
+    assert lines[1].endswith("40.0x (0.01 s against 0.4 s), missed")
+    assert verdicts({}) == ["- nothing to judge: the run measured none of SARP's targets"]
 
 
 def test_exact_oracle_matches_the_longest_inserted_prefix(results):
