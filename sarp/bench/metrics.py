@@ -24,13 +24,15 @@ FIELDS = (
     "token_hit_rate", "hit_loss_vs_exact", "store_reads_per_match", "store_reads_per_request",
     "io_reads_per_request", "io_writes_per_request",
     "segment_retrievals_per_window", "candidates_before", "candidates_after",
-    "candidates_retrieved", "routing_entries", "routing_bytes", "routing_bytes_per_block",
+    "candidates_retrieved", "refinements", "rematerializations",
+    "routing_entries", "routing_bytes", "routing_bytes_per_block",
     "dram_bytes", "store_dram_bytes", "snapshot_bytes", "recovery_s", *RECOVERY_FIELDS,
     "store_bytes", "space_vs_ssd_blockhash",
 )
 #: fields added after results files were first written: a file without them still loads, with
 #: each marked n/a (``sarp.bench.results.load_results``)
-LATER_FIELDS = ("io_reads_per_request", "io_writes_per_request", "store_dram_bytes")
+LATER_FIELDS = ("io_reads_per_request", "io_writes_per_request", "store_dram_bytes",
+                "refinements", "rematerializations")
 #: fields that identify a row (never aggregated across repetitions)
 KEYS = ("workload", "design", "backend")
 SARP_ONLY = "a SARP routing-entry metric"
@@ -153,7 +155,11 @@ def state(row: dict[str, Any], design: str, stats: dict[str, Any], p: Prepared) 
     if is_sarp(design):
         row["routing_entries"] = stats.get("routing_entries")
         row["routing_bytes"] = stats.get("routing_bytes")
+        row["refinements"] = stats.get("backfills")
+        row["rematerializations"] = stats.get("rematerializations")
     else:  # the tree's nodes in DRAM: a capped one spills the others to its store
+        for name in ("refinements", "rematerializations"):
+            mark_na(row, name, SARP_ONLY)
         entries = stats.get("resident_nodes", stats.get("entries"))
         if entries is None:
             mark_na(row, "routing_entries", "the design keeps no in-DRAM index")

@@ -239,7 +239,11 @@ def render(results: dict[str, Any], out: Path) -> Path:
         if bd.count("\n") > 1:
             parts += ["", "## Design breakdown (paper 6.5)", "",
                       "Each cell: variant -> full SARP (SARP's change against the variant).",
-                      "", bd]
+                      "", bd, "", "Refinements and rematerializations of full SARP in these "
+                      "replays (none: the variant without that mechanism is the same index "
+                      "at this scale):", "",
+                      row_table([r for r in rows if r["design"] == "sarp"],
+                                ["refinements", "rematerializations"])]
     if results.get("sweep"):
         parts += ["", "## Hit-rate loss against MaxRetrieval (SARP; 0 = unbounded)", "",
                   table(["workload", "backend", "MaxRetrieval", "token_hit_rate",

@@ -60,6 +60,17 @@ def test_every_field_is_a_value_or_an_explicit_na(results):
                 assert row["na"].get(name), f"{row['design']}: {name} is None without reason"
 
 
+def test_sarp_rows_count_their_refinements_and_the_report_judges_the_targets(results):
+    out, res = results
+    for row in res["rows"]:
+        sarp_kind = row["design"].startswith("sarp")
+        for name in ("refinements", "rematerializations"):
+            assert isinstance(row[name], int) if sarp_kind else row[name] is None, name
+    report = (out / "report.md").read_text()
+    assert "## Targets" in report and "- SARP over ssd-blockhash, at least 3.7x: met on" in report
+    assert "Refinements and rematerializations of full SARP" in report
+
+
 def test_rows_keep_each_repetitions_throughput(results):
     _, res = results
     for row in res["rows"]:  # one repetition: its throughput is the row's
