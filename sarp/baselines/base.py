@@ -241,35 +241,47 @@ class BaselineIndex(ABC):
         self._totals["store_writes"] += st["store_writes"]
 
 
-def probe_blocks(get: Callable[[int], bytes | None], ids: Sequence[int]) -> tuple[list[bytes], int]:
-    """Per-block lookups from the first block until the first miss (vLLM style).
+#: keys per batched lookup of a block-hash probe
+PROBE_BATCH = 64
+#: looks up keys in one call (a store's ``get_many``, as RocksDB's MultiGet): values in order,
+#: None for each missing key
+GetMany = Callable[[list[int]], list[bytes | None]]
 
-    Returns the values found and the number of lookups issued (found, plus the miss if any).
+
+def probe_blocks(get_many: GetMany, ids: Sequence[int]) -> tuple[list[bytes], int]:
+    """Per-block lookups from the first block until the first miss (vLLM style), batched
+    ``PROBE_BATCH`` keys per call. The keys of a batch past its first miss are looked up too
+    (a chained ID past a missing one is never stored, so they miss).
+
+    Returns the values found and the number of keys looked up, as the paper counts logical
+    reads: every requested key, batched ones and misses included.
     """
     found: list[bytes] = []
-    for h in ids:
-        value = get(h)
-        if value is None:
-            return found, len(found) + 1
-        found.append(value)
-    return found, len(found)
+    probes = 0
+    for at in range(0, len(ids), PROBE_BATCH):
+        keys = list(ids[at:at + PROBE_BATCH])
+        probes += len(keys)
+        for value in get_many(keys):
+            if value is None:
+                return found, probes
+            found.append(value)
+    return found, probes
 
 
-def match_blocks(get: Callable[[int], bytes | None], q: np.ndarray,
-                 counter: str) -> Matched:
+def match_blocks(get_many: GetMany, q: np.ndarray, counter: str) -> Matched:
     """A block-hash match: probe until the first miss; its tail is the missing block."""
-    found, probes = probe_blocks(get, q.tolist())
+    found, probes = probe_blocks(get_many, q.tolist())
     n = len(found)
     return b"".join(found), {counter: probes}, (n, n, None) if n < len(q) else None
 
 
-def stored_prefix(get: Callable[[int], bytes | None], ids: list[int], known: int,
+def stored_prefix(get_many: GetMany, ids: list[int], known: int,
                   tail: Tail | None) -> tuple[int, int]:
     """A block-hash insert's probe: (stored prefix, probes), probing from the first block past
     the verified prefix, or not at all when the match's miss there still holds."""
     if tail is not None and tail.window == known:
         return known, 0
-    found, probes = probe_blocks(get, ids[known:])
+    found, probes = probe_blocks(get_many, ids[known:])
     return known + len(found), probes
 
 

@@ -1,10 +1,11 @@
 """DRAM-BlockHash (paper 6.1): one in-memory entry per block, vLLM style, plus a snapshot.
 
 The table is a Python dict from chained block ID to that block's metadata bytes. A match
-probes it block by block from the first block until the first miss. ``snapshot()`` writes
-every entry as flat columns to ``blockhash.snap`` (docs/baselines_format.txt); opening an
-existing index reads it, verifies it, and inserts every entry back into a dict, one insertion
-per block: that rebuild is the recovery cost the paper measures. ``close()`` snapshots, so a
+probes it from the first block until the first miss, in batches as SSD-BlockHash does.
+``snapshot()`` writes every entry as flat columns to ``blockhash.snap``
+(docs/baselines_format.txt); opening an existing index reads it, verifies it, and inserts
+every entry back into a dict, one insertion per block: that rebuild is the recovery cost the
+paper measures. ``close()`` snapshots, so a
 closed index reopens complete; inserts after the last snapshot do not survive a crash.
 """
 
@@ -55,13 +56,16 @@ class DRAMBlockHash(BaselineIndex):
         return {"snapshot_load_s": t1 - t0, "deserialize_s": t2 - t1, "rebuild_s": t3 - t2,
                 "bytes_read": len(raw)}
 
+    def _get_many(self, keys: list[int]) -> list[bytes | None]:
+        return list(map(self._table.get, keys))
+
     def _match(self, q: np.ndarray) -> Matched:
-        return match_blocks(self._table.get, q, "probes")
+        return match_blocks(self._get_many, q, "probes")
 
     def _insert(self, q: np.ndarray, rows: np.ndarray, known: int,
                 tail: Tail | None) -> dict[str, int]:
         ids = q.tolist()
-        m, probes = stored_prefix(self._table.get, ids, known, tail)
+        m, probes = stored_prefix(self._get_many, ids, known, tail)
         self._table.update(zip(ids[m:], split_rows(rows[m:]), strict=True))
         return {"probes": probes, "blocks_written": len(ids) - m}
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from sarp.baselines import BaselineIndex
+from sarp.baselines.base import PROBE_BATCH, probe_blocks
 from sarp.baselines.radix_nodes import PIECE_SHIFT, NodeTable
 from sarp.block_ids import block_ids
 from sarp.matching import MatchResult
@@ -203,3 +204,23 @@ def test_segment_hash_takes_a_diverged_partial_window_from_its_match(tmp_path):
         got = idx.match(full)
         assert got.num_blocks == len(full)
         assert got.metadata["node"].tolist() == [1] * 13 + [2] * (len(full) - 13)
+
+
+def test_block_hash_probes_batch_by_batch_until_the_batch_with_the_first_miss():
+    """A block-hash probe looks keys up PROBE_BATCH at a time and stops after the batch that
+    holds the first miss; every key looked up counts, as the paper counts logical reads."""
+    stored = {k: bytes([k % 256]) for k in range(1, 101)}  # keys 1..100
+    calls: list[list[int]] = []
+
+    def get_many(keys: list[int]) -> list[bytes | None]:
+        calls.append(keys)
+        return [stored.get(k) for k in keys]
+
+    ids = list(range(1, 200))
+    found, probes = probe_blocks(get_many, ids)
+    assert found == [stored[k] for k in range(1, 101)]
+    assert calls == [ids[:PROBE_BATCH], ids[PROBE_BATCH:2 * PROBE_BATCH]]
+    assert probes == 2 * PROBE_BATCH
+    calls.clear()
+    assert probe_blocks(get_many, ids[:70]) == ([stored[k] for k in range(1, 71)], 70)
+    assert probe_blocks(get_many, []) == ([], 0)
