@@ -170,6 +170,9 @@ class RecordStore(ABC):
     kind: str = ""
     persistent: bool = True
     DENSE_KEYS: dict[str, Any] = {}
+    #: files under the store's directory (glob patterns) that hold no record once the store
+    #: is closed cleanly: preallocated write-ahead logs, the engine's text log
+    LOG_FILES: tuple[str, ...] = ()
 
     def __init__(self, path: str | Path, memory_budget: int, durability: str, direct_io: bool):
         self.memory_budget = check_store_args(memory_budget, durability, direct_io)

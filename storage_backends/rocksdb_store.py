@@ -83,6 +83,8 @@ class RocksDBStore(RecordStore):
     """A ``RecordStore`` on a RocksDB database."""
 
     kind = "rocksdb"
+    #: RocksDB's text log (its write-ahead logs, ``*.log``, are flushed by a clean close)
+    LOG_FILES = ("db/LOG", "db/LOG.old.*")
 
     def __init__(self, path: str | Path, memory_budget: int = 64 << 20,
                  durability: str = "sync", direct_io: bool = True):

@@ -13,6 +13,7 @@ from sarp.bench.designs import DRAM_BACKEND, Design, Setup
 from sarp.bench.disk import drop_page_cache
 from sarp.bench.progress import Progress
 from sarp.bench.replay import Prepared, Trace, replay
+from storage_backends import store_class
 
 STORE_DIR = "store"  # where SARP and every baseline keep their record store
 
@@ -25,9 +26,11 @@ class Measured:
     trace: Trace
 
 
-def dir_bytes(path: Path) -> int:
-    """Sum of the sizes of the files under ``path``."""
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+def dir_bytes(path: Path, leave_out: tuple[str, ...] = ()) -> int:
+    """Sum of the sizes of the files under ``path``, but those matching a glob pattern of
+    ``leave_out``."""
+    skip = {f for pattern in leave_out for f in path.glob(pattern)}
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and f not in skip)
 
 
 def measure_once(design: Design, setup: Setup, p: Prepared, *, rep: int, workdir: Path,
@@ -70,12 +73,14 @@ def combine(reps: list[tuple[dict[str, Any], Trace]]) -> Measured:
 def _persistence(row: dict[str, Any], design: Design, setup: Setup, path: Path,
                  snap: dict[str, Any]) -> None:
     """Store size after close, then the recovery report of a reopen from the disk."""
+    store: tuple[int, int] | None = None
     if not design.ssd:
-        store, store_reason = None, "DRAM-only design: no store on disk"
+        store_reason = "DRAM-only design: no store on disk"
     elif setup.backend == "memory":
-        store, store_reason = None, "memory backend keeps nothing on disk"
+        store_reason = "memory backend keeps nothing on disk"
     else:
-        store, store_reason = dir_bytes(path / STORE_DIR), ""
+        logs = store_class(setup.backend, {}).LOG_FILES
+        store, store_reason = (dir_bytes(path / STORE_DIR), dir_bytes(path / STORE_DIR, logs)), ""
     recovery, reason = None, ""
     if design.ssd and setup.backend == "memory":
         reason = "memory backend is not persistent"

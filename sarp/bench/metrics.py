@@ -27,12 +27,12 @@ FIELDS = (
     "candidates_retrieved", "refinements", "rematerializations",
     "routing_entries", "routing_bytes", "routing_bytes_per_block",
     "dram_bytes", "store_dram_bytes", "snapshot_bytes", "recovery_s", *RECOVERY_FIELDS,
-    "store_bytes", "space_vs_ssd_blockhash",
+    "store_bytes", "store_data_bytes", "space_vs_ssd_blockhash",
 )
 #: fields added after results files were first written: a file without them still loads, with
 #: each marked n/a (``sarp.bench.results.load_results``)
 LATER_FIELDS = ("io_reads_per_request", "io_writes_per_request", "store_dram_bytes",
-                "refinements", "rematerializations")
+                "refinements", "rematerializations", "store_data_bytes")
 #: fields that identify a row (never aggregated across repetitions)
 KEYS = ("workload", "design", "backend")
 SARP_ONLY = "a SARP routing-entry metric"
@@ -180,14 +180,17 @@ def state(row: dict[str, Any], design: str, stats: dict[str, Any], p: Prepared) 
         else (0.0 if nbytes == 0 else None)
 
 
-def persistence(row: dict[str, Any], snap: dict[str, Any], store_bytes: int | None,
+def persistence(row: dict[str, Any], snap: dict[str, Any], store: tuple[int, int] | None,
                 store_reason: str, recovery: dict[str, Any] | None, recovery_reason: str) -> None:
-    """Snapshot bytes, the store's on-disk size, recovery time and its breakdown."""
+    """Snapshot bytes, the store's on-disk size (all its files, and those holding records:
+    ``store``), recovery time and its breakdown."""
     row["snapshot_bytes"] = snap.get("bytes", snap.get("bytes_written"))
     row["snapshot_s"] = snap.get("seconds")
-    if store_bytes is None:
-        mark_na(row, "store_bytes", store_reason)
-    row["store_bytes"] = store_bytes
+    if store is None:
+        for name in ("store_bytes", "store_data_bytes"):
+            mark_na(row, name, store_reason)
+    else:
+        row["store_bytes"], row["store_data_bytes"] = store
     if recovery is None:
         for name in ("recovery_s", *RECOVERY_FIELDS):
             mark_na(row, name, recovery_reason)
@@ -201,17 +204,18 @@ def persistence(row: dict[str, Any], snap: dict[str, Any], store_bytes: int | No
 
 
 def space_ratios(rows: list[dict[str, Any]]) -> None:
-    """space_vs_ssd_blockhash: store bytes over SSD-BlockHash's, same workload and backend."""
-    ref = {(r["workload"], r["backend"]): r["store_bytes"] for r in rows
+    """space_vs_ssd_blockhash: the store's data bytes over SSD-BlockHash's, same workload and
+    backend."""
+    ref = {(r["workload"], r["backend"]): r["store_data_bytes"] for r in rows
            if r["design"] == "ssd-blockhash"}
     for r in rows:
         base = ref.get((r["workload"], r["backend"]))
-        if r["store_bytes"] is None:
+        if r["store_data_bytes"] is None:
             mark_na(r, "space_vs_ssd_blockhash", "no on-disk store size")
         elif not base:
             mark_na(r, "space_vs_ssd_blockhash", "no SSD-BlockHash row on this backend")
         else:
-            r["space_vs_ssd_blockhash"] = r["store_bytes"] / base
+            r["space_vs_ssd_blockhash"] = r["store_data_bytes"] / base
 
 
 def median_row(reps: list[dict[str, Any]]) -> dict[str, Any]:

@@ -231,7 +231,7 @@ def render(results: dict[str, Any], out: Path) -> Path:
                   "", "## In-DRAM state, snapshot, recovery and space", "",
                   row_table(rows, ["routing_entries", "routing_bytes", "routing_bytes_per_block",
                                    "dram_bytes", "snapshot_bytes", "recovery_s", "store_bytes",
-                                   "space_vs_ssd_blockhash"]),
+                                   "store_data_bytes", "space_vs_ssd_blockhash"]),
                   "", "## Recovery breakdown after reopen (s, bytes)", "",
                   row_table([r for r in rows if r.get("recovery_s") is not None],
                             ["recovery_s", *RECOVERY_FIELDS])]
