@@ -302,10 +302,9 @@ cdef class WindowMatcher:
         w.reach but beats the verified match, and that may end there (``ends_within``), by
         potential end, newest first within one, while MaxRetrieval allows. One scan of the
         list per read."""
-        cdef Py_ssize_t i, pot, pick_pot, last_pot = w.we
+        cdef Py_ssize_t i, pot, pick_pot, last_pot = w.we  # above every potential read here
         cdef uint64_t f, seg_id, pick_id, last_id = 0
         cdef int k
-        cdef bint first = True
         while w.retrieved < w.total and w.best_end < w.we:
             pick_pot, pick_id = -1, 0
             for i in range(m1 + m2):
@@ -319,12 +318,12 @@ cdef class WindowMatcher:
                         or not ends_within(f, k, self.n_fields, self.bits)):
                     continue
                 # descending (potential, segment id), each after the last one read
-                if not first and (pot > last_pot or pot == last_pot and seg_id >= last_id):
+                if pot > last_pot or pot == last_pot and seg_id >= last_id:
                     continue
                 if pot > pick_pot or pot == pick_pot and seg_id > pick_id:
                     pick_pot, pick_id = pot, seg_id
             if pick_pot < 0:
                 break
             best = self._verify(w, pick_id, best)
-            first, last_pot, last_id = False, pick_pot, pick_id
+            last_pot, last_id = pick_pot, pick_id
         return best
