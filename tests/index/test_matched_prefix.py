@@ -140,6 +140,16 @@ def test_a_tail_at_the_end_of_the_query_is_verified_further_or_matched_again(tmp
         assert index.match(block_ids=first).num_blocks == 200
 
 
+def _stored_and_fork(index, length: int, fork: int) -> tuple[np.ndarray, np.ndarray]:
+    """Insert blocks 1..``length`` (records tagged 1), then a sequence forking from them at
+    ``fork`` (tagged 2, newer); returns both."""
+    first = _ids(length)
+    index.insert(block_ids=first, metadata=metadata_for(first, 1))
+    second = np.concatenate((first[:fork], _ids(20, start=30_000)))
+    index.insert(block_ids=second, metadata=metadata_for(second, 2))
+    return first, second
+
+
 @pytest.mark.parametrize("max_retrieval", [3, 0])
 def test_a_bounded_re_match_reads_only_segments_that_could_spare_the_write(
         tmp_path: Path, max_retrieval: int):
@@ -150,10 +160,7 @@ def test_a_bounded_re_match_reads_only_segments_that_could_spare_the_write(
     carries the caller's records past U's 185; unbounded, it reads T and keeps T's."""
     with sarp.open(tmp_path / "i", backend="memory", background=False, pruning=False,
                    max_retrieval=max_retrieval) as index:
-        first = _ids(200)
-        index.insert(block_ids=first, metadata=metadata_for(first, 1))
-        second = np.concatenate((first[:185], _ids(20, start=30_000)))
-        index.insert(block_ids=second, metadata=metadata_for(second, 2))
+        first, _ = _stored_and_fork(index, 200, 185)
         assert index.match(block_ids=first[:180]).num_blocks == 180
         third = np.concatenate((first[:188], _ids(20, start=40_000)))
         before = _store_reads(index)
@@ -177,10 +184,7 @@ def test_a_bounded_re_match_reads_a_segment_that_ends_where_it_stops_matching(
     holds: the insert extends C, as an insert without the match does, and writes no copy."""
     with sarp.open(tmp_path / "i", backend="memory", background=False, pruning=False,
                    max_retrieval=max_retrieval) as index:
-        first = _ids(150)
-        index.insert(block_ids=first, metadata=metadata_for(first, 1))
-        second = np.concatenate((first[:140], _ids(20, start=30_000)))
-        index.insert(block_ids=second, metadata=metadata_for(second, 2))
+        first, second = _stored_and_fork(index, 150, 140)
         assert index.match(block_ids=first[:135]).num_blocks == 135
         third = np.concatenate((first, _ids(10, start=40_000)))
         segments = index.stats()["segments"]
@@ -206,10 +210,7 @@ def test_a_match_under_a_tighter_bound_leaves_the_insert_its_own_search(
     its copy keeps T's records there. A bound of 2 reads both and finds T itself."""
     with sarp.open(tmp_path / "i", backend="memory", background=False, pruning=False,
                    filtering=False, max_retrieval=0) as index:
-        first = _ids(200)
-        index.insert(block_ids=first, metadata=metadata_for(first, 1))
-        second = np.concatenate((first[:185], _ids(20, start=30_000)))
-        index.insert(block_ids=second, metadata=metadata_for(second, 2))
+        first, _ = _stored_and_fork(index, 200, 185)
         m = index.match(block_ids=first[:190], max_retrieval=call_bound)
         assert m.num_blocks == (185 if call_bound == 1 else 190)
         third = np.concatenate((first[:190], _ids(20, start=40_000)))
