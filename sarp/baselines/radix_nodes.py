@@ -45,7 +45,8 @@ class Node:
 #: DRAM a resident node is charged for, per node and per child: its columnar encoding's
 #: (``encode_nodes``; 8 bytes per edge block besides), the size of a compact node as a compiled
 #: implementation holds it. SARP's routing bytes are its packed arrays, so the cap compares
-#: like with like (this tree's Python objects take about 2.6 times as much).
+#: like with like (this tree's Python objects take several times as much: 2.6x to 7.7x on the
+#: benchmark's workloads).
 NODE_BYTES = COLUMNS * 8
 CHILD_BYTES = 16  # the child's first block ID and its node id
 
