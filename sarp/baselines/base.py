@@ -11,7 +11,7 @@ import contextlib
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -248,7 +248,7 @@ PROBE_BATCH = 64
 GetMany = Callable[[list[int]], list[bytes | None]]
 
 
-def probe_blocks(get_many: GetMany, ids: Sequence[int]) -> tuple[list[bytes], int]:
+def probe_blocks(get_many: GetMany, ids: list[int]) -> tuple[list[bytes], int]:
     """Per-block lookups from the first block until the first miss (vLLM style), batched
     ``PROBE_BATCH`` keys per call. The keys of a batch past its first miss are looked up too
     (a chained ID past a missing one is never stored, so they miss).
@@ -259,7 +259,7 @@ def probe_blocks(get_many: GetMany, ids: Sequence[int]) -> tuple[list[bytes], in
     found: list[bytes] = []
     probes = 0
     for at in range(0, len(ids), PROBE_BATCH):
-        keys = list(ids[at:at + PROBE_BATCH])
+        keys = ids[at:at + PROBE_BATCH]
         probes += len(keys)
         for value in get_many(keys):
             if value is None:

@@ -5,8 +5,8 @@ probes it from the first block until the first miss, in batches as SSD-BlockHash
 ``snapshot()`` writes every entry as flat columns to ``blockhash.snap``
 (docs/baselines_format.txt); opening an existing index reads it, verifies it, and inserts
 every entry back into a dict, one insertion per block: that rebuild is the recovery cost the
-paper measures. ``close()`` snapshots, so a
-closed index reopens complete; inserts after the last snapshot do not survive a crash.
+paper measures. ``close()`` snapshots, so a closed index reopens complete; inserts after the
+last snapshot do not survive a crash.
 """
 
 from __future__ import annotations

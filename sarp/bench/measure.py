@@ -26,11 +26,17 @@ class Measured:
     trace: Trace
 
 
-def dir_bytes(path: Path, leave_out: tuple[str, ...] = ()) -> int:
-    """Sum of the sizes of the files under ``path``, but those matching a glob pattern of
-    ``leave_out``."""
+def dir_bytes(path: Path, leave_out: tuple[str, ...]) -> tuple[int, int]:
+    """The sizes of the files under ``path``: all of them, and those matching no glob pattern
+    of ``leave_out``."""
     skip = {f for pattern in leave_out for f in path.glob(pattern)}
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and f not in skip)
+    every = kept = 0
+    for f in path.rglob("*"):
+        if f.is_file():
+            size = f.stat().st_size
+            every += size
+            kept += 0 if f in skip else size
+    return every, kept
 
 
 def measure_once(design: Design, setup: Setup, p: Prepared, *, rep: int, workdir: Path,
@@ -79,8 +85,8 @@ def _persistence(row: dict[str, Any], design: Design, setup: Setup, path: Path,
     elif setup.backend == "memory":
         store_reason = "memory backend keeps nothing on disk"
     else:
-        logs = store_class(setup.backend, {}).LOG_FILES
-        store, store_reason = (dir_bytes(path / STORE_DIR), dir_bytes(path / STORE_DIR, logs)), ""
+        store = dir_bytes(path / STORE_DIR, store_class(setup.backend, {}).LOG_FILES)
+        store_reason = ""
     recovery, reason = None, ""
     if design.ssd and setup.backend == "memory":
         reason = "memory backend is not persistent"

@@ -10,7 +10,7 @@ from sarp.bench.designs import BREAKDOWN, DESIGNS
 from sarp.bench.metrics import RECOVERY_FIELDS
 from sarp.bench.plots import write_plots
 from sarp.bench.replay import ENTRY_BYTES
-from sarp.bench.targets import paired_ratios, verdicts
+from sarp.bench.targets import THROUGHPUT, paired_ratios, verdicts
 from storage_backends import flashlog, rocksdb_store, wiredtiger_store
 from storage_backends.io import MIN_BLOCK
 
@@ -29,7 +29,7 @@ def _rocksdb_held(budget: int) -> int:
 MEMORY_HELD = {"wiredtiger": (wiredtiger_store.cache_size, 1.0),
                "rocksdb": (_rocksdb_held, 1.0),
                "flashlog": (lambda b: max(flashlog.MIN_PAGE_BLOCKS * MIN_BLOCK, b // 2), 0.5)}
-RATIO_BASELINES = ("ssd-blockhash", "segment-radix-capped", "segment-hash")
+RATIO_BASELINES = tuple(THROUGHPUT)  # the baselines of the throughput targets
 
 
 def fmt(value: Any) -> str:
