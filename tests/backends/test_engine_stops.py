@@ -1,6 +1,6 @@
 """WiredTiger and RocksDB do their own I/O and stop their own writes after a write fails.
 
-Each case runs ``size_limited_writer.py`` in a subprocess, whose file size limit (RLIMIT_FSIZE)
+Each case runs ``size_limited_puts.py`` in a subprocess, whose file size limit (RLIMIT_FSIZE)
 makes the kernel refuse writes as a full file system does. The process goes on (a diagnostic
 WiredTiger build would abort it), the store reports that it takes no more writes
 (``writes_stopped``), refuses writes once the limit is lifted too, and after a reopen every
@@ -18,9 +18,9 @@ import pytest
 
 from storage_backends import open_store
 
-from . import size_limited_writer
+from . import size_limited_puts
 
-WRITER = Path(size_limited_writer.__file__)
+WRITER = Path(size_limited_puts.__file__)
 
 
 @pytest.mark.parametrize("kind, limit, stop", [
@@ -47,6 +47,6 @@ def test_a_failed_write_stops_the_store_and_loses_no_acknowledged_put(
     with open_store(kind, path, memory_budget=1 << 20, durability="sync",
                     direct_io=False) as store:
         assert not store.stats()["writes_stopped"]
-        assert all(store.get(k) == size_limited_writer.value(k) for k in out["acked"])
+        assert all(store.get(k) == size_limited_puts.value(k) for k in out["acked"])
         store.put(10**6, b"taken")
         assert store.get(10**6) == b"taken"

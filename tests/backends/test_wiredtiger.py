@@ -191,17 +191,12 @@ def test_a_damaged_block_is_corruption_and_stops_the_store(tmp_path: Path) -> No
             intact, "corruption", "corruption", "corruption"]
 
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
 def test_the_wiredtiger_installed_is_a_release_build() -> None:
     """install.sh builds WiredTiger as Release: a diagnostic build runs at -Og with
     assertions (so the benchmark would not measure a released engine) and aborts the process
     when a write fails."""
     assert wiredtiger.diagnostic_build() == 0, "reinstall with install.sh"
     assert wiredtiger_store.build().endswith("release build")
-
-
 
 
 def _flip(file: Path, at: int) -> None:
@@ -275,6 +270,8 @@ def test_metadata_that_salvage_cannot_read_stays_corruption(tmp_path: Path) -> N
     with pytest.raises(CorruptionError, match="metadata damaged"):
         storage_backends.salvage(path)
 
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # Puts 300 records under ``sync`` (each commit's log record synced), then dies before any
 # checkpoint: the records, and the table's creation, are in the log only.

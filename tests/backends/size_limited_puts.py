@@ -1,6 +1,6 @@
 """Subprocess for the failed-write tests of the engines that do their own I/O.
 
-    python size_limited_writer.py KIND PATH LIMIT
+    python size_limited_puts.py KIND PATH LIMIT
 
 Opens a ``sync`` store of KIND, limits every file the process writes to LIMIT bytes
 (RLIMIT_FSIZE, with SIGXFSZ ignored, so a write past the limit fails with EFBIG as a full
