@@ -2,6 +2,8 @@
 
 import argparse
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -199,3 +201,26 @@ def test_short_rows_are_repeated_to_a_minimum_replay_time_by_default(args, min_t
                                                                      repeat):
     opts = run_options(parser().parse_args(args))
     assert (opts.min_time, opts.max_repeat, opts.repeat) == (min_time, max_repeat, repeat)
+
+
+def _documented_commands() -> list[str]:
+    """Every ``sarp-bench`` command the README and docs/ quote (in backticks, across line
+    breaks), but for synopses, which name options in brackets."""
+    root = Path(__file__).resolve().parents[2]
+    found = []
+    for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        for m in re.finditer(r"`(sarp-bench [^`]*)`", doc.read_text()):
+            command = " ".join(m.group(1).split())
+            if "[" not in command:
+                found.append(command)
+    return found
+
+
+@pytest.mark.parametrize("command", _documented_commands())
+def test_every_command_the_documents_quote_is_accepted(command, tmp_path, no_runs):
+    # the documents' placeholders: a directory, a backend
+    filled = {"DIR": str(tmp_path), "PATH": str(tmp_path), "B": "odirect"}
+    args = [filled.get(a, a) for a in command.split()[1:]]
+    a = parser().parse_args(args)
+    if a.command == "run":
+        run_options(a)
