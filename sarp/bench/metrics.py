@@ -205,17 +205,23 @@ def persistence(row: dict[str, Any], snap: dict[str, Any], store: tuple[int, int
 
 def space_ratios(rows: list[dict[str, Any]]) -> None:
     """space_vs_ssd_blockhash: the store's data bytes over SSD-BlockHash's, same workload and
-    backend."""
-    ref = {(r["workload"], r["backend"]): r["store_data_bytes"] for r in rows
-           if r["design"] == "ssd-blockhash"}
+    backend, where both stores hold the whole workload: a replay cut short by the time limit
+    stored only its first requests."""
+    ref = {(r["workload"], r["backend"]): r for r in rows if r["design"] == "ssd-blockhash"}
     for r in rows:
         base = ref.get((r["workload"], r["backend"]))
         if r["store_data_bytes"] is None:
             mark_na(r, "space_vs_ssd_blockhash", "no on-disk store size")
-        elif not base:
+        elif base is None or not base["store_data_bytes"]:
             mark_na(r, "space_vs_ssd_blockhash", "no SSD-BlockHash row on this backend")
+        elif r.get("truncated"):
+            mark_na(r, "space_vs_ssd_blockhash", "its replay was cut short: its store holds "
+                    "the first requests only")
+        elif base.get("truncated"):
+            mark_na(r, "space_vs_ssd_blockhash", "SSD-BlockHash's replay was cut short: its "
+                    "store holds the first requests only")
         else:
-            r["space_vs_ssd_blockhash"] = r["store_data_bytes"] / base
+            r["space_vs_ssd_blockhash"] = r["store_data_bytes"] / base["store_data_bytes"]
 
 
 def median_row(reps: list[dict[str, Any]]) -> dict[str, Any]:

@@ -207,6 +207,29 @@ def test_space_compares_the_files_that_hold_records(tmp_path, backend, logs):
     assert sarp["space_vs_ssd_blockhash"] == sarp["store_data_bytes"] / ssd["store_data_bytes"]
 
 
+@pytest.mark.parametrize("cut, says", [
+    ((False, False), None),
+    ((True, False), "its replay was cut short"),
+    ((False, True), "SSD-BlockHash's replay was cut short"),
+])
+def test_space_is_compared_only_between_stores_of_whole_replays(cut, says):
+    """A replay cut short by the time limit stored only its first requests: its store's size
+    is no measure of the workload's, against SSD-BlockHash's or as SSD-BlockHash's."""
+    rows = []
+    for design, nbytes, truncated in zip(("sarp", "ssd-blockhash"), (3000, 1000), cut,
+                                         strict=True):
+        row = metrics.new_row("w", design, "odirect")
+        row.update(store_data_bytes=nbytes, truncated=truncated)
+        rows.append(row)
+    metrics.space_ratios(rows)
+    sarp = rows[0]
+    if says is None:
+        assert sarp["space_vs_ssd_blockhash"] == 3.0
+    else:
+        assert sarp["space_vs_ssd_blockhash"] is None
+        assert sarp["na"]["space_vs_ssd_blockhash"].startswith(says)
+
+
 def test_io_calls_sum_the_stores_and_the_designs_own_files_or_say_why_not():
     trace = Trace(np.zeros(4, np.int64), np.zeros(4, np.int64), np.zeros(4, np.int64), 1.0)
 
