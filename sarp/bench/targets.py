@@ -47,17 +47,22 @@ def verdicts(results: dict[str, Any]) -> list[str]:
     lines = []
     for base, floor in THROUGHPUT.items():
         judged: list[tuple[dict[str, Any], float]] = []
+        cut = 0  # pairs with a replay the time limit cut: it covers the first requests only
         for r in sarp:
             other = index.get((r["workload"], base, r["backend"]))
             x = None if other is None else paired_ratio(r, other)
-            if x is not None:
-                judged.append((r, x))
+            if other is None or x is None:
+                continue
+            judged.append((r, x))
+            cut += bool(r.get("truncated") or other.get("truncated"))
         if not judged:
             continue
         misses = [f"{r['workload']} on {r['backend']} ({x:.2f})" for r, x in judged if x < floor]
         lines.append(f"- SARP over {base}, at least {floor:g}x: met on "
                      f"{len(judged) - len(misses)} of {len(judged)} rows"
-                     + (f"; misses: {', '.join(misses)}" if misses else ""))
+                     + (f"; misses: {', '.join(misses)}" if misses else "")
+                     + (f"; {cut} of the rows compare a replay cut short by the time limit "
+                        "(its first requests only)" if cut else ""))
     known: list[tuple[dict[str, Any], float]] = [
         (r, r["hit_loss_vs_exact"]) for r in sarp if r.get("hit_loss_vs_exact") is not None]
     if known:

@@ -207,6 +207,15 @@ def test_space_compares_the_files_that_hold_records(tmp_path, backend, logs):
     assert sarp["space_vs_ssd_blockhash"] == sarp["store_data_bytes"] / ssd["store_data_bytes"]
 
 
+def test_verdicts_count_the_rows_that_compare_a_replay_cut_short():
+    rows = [_row("sarp", 0.0, [400.0], "a"), {**_row("ssd-blockhash", 0.0, [50.0], "a"),
+                                             "truncated": True},
+            _row("sarp", 0.0, [400.0], "c"), _row("ssd-blockhash", 0.0, [100.0], "c")]
+    assert verdicts({"rows": rows})[0] == (
+        "- SARP over ssd-blockhash, at least 3.7x: met on 2 of 2 rows; 1 of the rows compare a "
+        "replay cut short by the time limit (its first requests only)")
+
+
 @pytest.mark.parametrize("cut, says", [
     ((False, False), None),
     ((True, False), "its replay was cut short"),
