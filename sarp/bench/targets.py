@@ -50,8 +50,10 @@ def verdicts(results: dict[str, Any]) -> list[str]:
         cut = 0  # pairs with a replay the time limit cut: it covers the first requests only
         for r in sarp:
             other = index.get((r["workload"], base, r["backend"]))
-            x = None if other is None else paired_ratio(r, other)
-            if other is None or x is None:
+            if other is None:
+                continue
+            x = paired_ratio(r, other)
+            if x is None:
                 continue
             judged.append((r, x))
             cut += bool(r.get("truncated") or other.get("truncated"))
